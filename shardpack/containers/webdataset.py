@@ -485,8 +485,9 @@ def _samples(tar: _Tar) -> Iterator[tuple[int, Example | RecordError]]:
 
 def _formats_apart(naming: str, formats: list[str]) -> list[str]:
     """A line where the samples name their images by several formats (.jpg, .png: --encode
-    keep of JPEGs and PNGs): `datasets.load_dataset` takes one set of member names a pack, and
-    code written for img2dataset's output asks every sample for its --encode_format's."""
+    keep of JPEGs and PNGs): `datasets.load_dataset` takes one set of member names a pack (its
+    first 5 samples'), and code written for img2dataset's output asks every sample for its
+    --encode_format's."""
     if len(formats) < 2:
         return []
     theirs = (
@@ -497,8 +498,9 @@ def _formats_apart(naming: str, formats: list[str]) -> list[str]:
         else "; encode them as jpeg or png for one"
     )
     return [f"its samples hold images of {len(formats)} formats ({', '.join(formats)}) under "
-            "as many extensions, which datasets.load_dataset(OUT) refuses (it takes one set of "
-            f"members a pack){theirs}"]  # fmt: skip
+            "as many extensions, which datasets.load_dataset(OUT) misreads: it takes its first "
+            "samples' members for every sample's, so another format's images load as None (or "
+            f"it refuses the pack, where its first 5 samples mix them){theirs}"]  # fmt: skip
 
 
 def _no_caption(naming: str, schema: Schema) -> list[str]:
