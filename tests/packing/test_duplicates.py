@@ -508,8 +508,10 @@ def test_a_copy_filed_under_two_classes_is_a_label_conflict(many: tuple) -> None
     the kept one and the dog, in the summary (found in the shards) and with --dedup, which
     said it 'keeps the first copy's' as if it had not run: now what it did."""
     plain, found, deduped, removed = many
-    done = {id(found): "--dedup exact keeps the first copy's and skips the others'",
-            id(removed): "--dedup exact kept the first copy's and skipped the others'"}
+    done = {
+        id(found): "--dedup exact keeps the first copy's and skips the others'",
+        id(removed): "--dedup exact kept the first copy's and skipped the others'",
+    }
     for summary in (found, removed):
         dup = summary["duplicates"]
         assert dup["label_conflicts"] == 1
