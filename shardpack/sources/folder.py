@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 from collections import Counter
@@ -430,6 +431,15 @@ def expected_layout(src: Storage, passed: Passed, splits: bool = False) -> tuple
     expected = f"expected {layout} with extensions {', '.join(sorted(IMAGE_EXTENSIONS))}"
     if not passed.ignored:
         return (expected,)
+    if _saved_to_disk(passed.ignored_files):
+        root = src.path().rstrip("/")
+        code = (f"import datasets; d = datasets.load_from_disk({json.dumps(root)}); [s.to_parquet("
+                f"{json.dumps(root + '-parquet/data/')} + n + \"-00000-of-00001.parquet\") for "
+                "n, s in (d.items() if isinstance(d, datasets.DatasetDict) else [(\"train\", "
+                "d)])]")  # fmt: skip
+        return ("it is a Hugging Face dataset written by save_to_disk (Arrow files), which "
+                f"shardpack does not read: write it as Parquet, python -c {shlex.quote(code)}, "
+                f"then pack {root}-parquet",)  # fmt: skip
     kinds = Counter(map(_file_kind, passed.ignored_files))
     said = ", ".join(f"{n:,} {kind}s" if kind.endswith(" shard") else f"{kind} {n:,}"
                      for kind, n in kinds.most_common(3))  # fmt: skip
@@ -442,6 +452,16 @@ def expected_layout(src: Storage, passed: Passed, splits: bool = False) -> tuple
                 f"shards again, pass the folder of the pack that wrote them ({folder}, with its "
                 "index.json) as SRC with ", Option("source", "shardpack"))  # fmt: skip
     return (f"{passed_over}: convert the images to one of those formats",)
+
+
+def _saved_to_disk(names: Iterable[str]) -> bool:
+    """Whether these files (relative paths) are a `datasets` save_to_disk folder's: its
+    dataset_dict.json, or a split's state.json beside its data-00000-of-00001.arrow."""
+    names = set(names)
+    arrow = {name.rpartition("/")[0] for name in names if name.endswith(".arrow")}
+    return any(name.rpartition("/")[2] == "dataset_dict.json" or (
+        name.rpartition("/")[2] == "state.json" and name.rpartition("/")[0] in arrow)
+        for name in names)  # fmt: skip
 
 
 def _file_kind(name: str) -> str:
