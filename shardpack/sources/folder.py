@@ -10,9 +10,10 @@ from collections.abc import Iterable, Mapping
 
 from shardpack.containers import shard_container
 from shardpack.errors import Option, SourceError, plural
+from shardpack.layout import INDEX_NAME
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
-from shardpack.sources import cifar, repack
+from shardpack.sources import cifar, repack, tfdsdir
 from shardpack.sources.classlist import Listing, check_class_name, class_list, labelled
 from shardpack.sources.nearmisses import folder_name_warnings
 from shardpack.sources.scanprogress import listed
@@ -441,14 +442,23 @@ def expected_layout(src: Storage, passed: Passed, splits: bool = False) -> tuple
                 f"shardpack does not read: write it as Parquet, python -c {shlex.quote(code)}, "
                 f"then pack {root}-parquet",)  # fmt: skip
     kinds = Counter(map(_file_kind, passed.ignored_files))
-    said = ", ".join(f"{n:,} {kind}s" if kind.endswith(" shard") else f"{kind} {n:,}"
+    said = ", ".join(plural(n, kind) if kind.endswith(" shard") else f"{kind} {n:,}"
                      for kind, n in kinds.most_common(3))  # fmt: skip
     have = "has" if passed.ignored == 1 else "have"
     passed_over = f"{expected}; its {plural(passed.ignored, 'file')} {have} none of those ({said})"
     shards = [name for name in passed.ignored_files if shard_container(name.rpartition("/")[2])]
     if shards:  # a pack's output, or a copy of its shards: packed again from its own folder
-        folder = src.path(shards[0].rpartition("/")[0])
-        return (f"{passed_over}: {shards[0]} is a {_file_kind(shards[0])}, not an image; to pack "
+        base = shards[0].rpartition("/")[0]
+        folder = src.path(base)
+        holder = src.child(base) if base else src
+        if holder.kind(INDEX_NAME) != "file" and all(
+            holder.kind(name) == "file" for name in (tfdsdir.INFO, tfdsdir.FEATURES)
+        ):  # TFDS's data_dir/<name>/<version>, passed a level or two above
+            return (f"{passed_over}: {shards[0]} is a shard of the TFDS prepared directory "
+                    f"{folder} ({tfdsdir.INFO} beside it): pass that folder as SRC",)  # fmt: skip
+        kind = _file_kind(shards[0])
+        article = "an" if kind[0] in "aeiou" else "a"
+        return (f"{passed_over}: {shards[0]} is {article} {kind}, not an image; to pack "
                 f"shards again, pass the folder of the pack that wrote them ({folder}, with its "
                 "index.json) as SRC with ", Option("source", "shardpack"))  # fmt: skip
     return (f"{passed_over}: convert the images to one of those formats",)
