@@ -286,6 +286,11 @@ def _splits_section(index: Index) -> str:
         if index.splits:  # matplotlib warns of a legend of nothing
             ax.legend()
         chart = _svg(fig)
+    if not classes:  # a table of no row: what the records hold instead
+        where = " (their objects' classes: Objects, below)" if num_object_classes(
+            index.schema) else ""  # fmt: skip
+        return ("<section id='splits'><h2>Splits</h2>" + _splits_table(index)
+                + f"<p>The images have no classes{where}.</p></section>")  # fmt: skip
     return (
         "<section id='splits'><h2>Splits</h2>"
         + _splits_table(index)
