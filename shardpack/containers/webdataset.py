@@ -520,6 +520,20 @@ def _no_caption(naming: str, schema: Schema) -> list[str]:
             f"{captions}=caption, with the other columns to keep)"]  # fmt: skip
 
 
+def _binary_in_json(schema: Schema) -> list[str]:
+    """A line where features of bytes that are no text (COCO's `mask` PNG, a Parquet binary
+    column) ride in each sample's .json, as \\udcXX escapes of their bytes past ASCII: json
+    reads them back, but `datasets.load_dataset` (pyarrow) refuses such strings."""
+    binary = [name for name, f in schema.extras.items() if f.dtype == "bytes" and not f.text]
+    if not binary:
+        return []
+    said = ", ".join(map(repr, binary[:3])) + (", ..." if len(binary) > 3 else "")
+    return [f"its samples' .json holds {said}, bytes that are no text, as \\udcXX escapes, "
+            "which Python's json reads back but datasets.load_dataset(OUT) refuses (pyarrow: "
+            "surrogates not allowed); for datasets and the Hub, pack it as parquet, whose "
+            "columns hold bytes"]  # fmt: skip
+
+
 class WebDataset(Container):
     """Tar shards for `webdataset.WebDataset`, `wids` and DALI's webdataset reader."""
 
@@ -544,7 +558,8 @@ class WebDataset(Container):
             )
 
     def naming_notes(self, naming: str, schema: Schema, formats: list[str]) -> list[str]:
-        return [*_formats_apart(naming, formats), *_no_caption(naming, schema)]
+        return [*_formats_apart(naming, formats), *_no_caption(naming, schema),
+                *_binary_in_json(schema)]  # fmt: skip
 
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,

@@ -96,6 +96,25 @@ def test_a_pack_of_jpegs_and_pngs_kept_says_datasets_misreads_its_samples(tmp_pa
     assert said("png", encode="png") == said("tfrecord", format="tfrecord") == []
 
 
+def test_a_mask_in_each_sample_s_json_says_datasets_refuses_it(tmp_path):
+    """A COCO pack's `mask` PNG rode in each .json as \\udcXX escapes (\\udc89PNG...):
+    datasets.load_dataset(OUT) stopped in a traceback (pyarrow: 'surrogates not allowed') and
+    pack said nothing. A pack of no such feature says nothing of it."""
+    src = helpers.write_objects_parquet(tmp_path / "o.parquet", helpers.OBJECT_ROWS,
+                                        helpers.OBJECT_CLASSES)  # fmt: skip
+    options = PackOptions(workers=1, format="webdataset", encode="png")
+    warned = pack(src, tmp_path / "out", options).to_json()["warnings"]
+    (line,) = [w for w in warned if "bytes that are no text" in w]
+    assert line.startswith("its samples' .json holds 'mask', bytes that are no text, as ")
+    assert "datasets.load_dataset(OUT) refuses (pyarrow: surrogates not allowed)" in line
+    datasets = pytest.importorskip("datasets")
+    with pytest.raises(UnicodeEncodeError, match="surrogates not allowed"):
+        datasets.load_dataset(str(tmp_path / "out"), cache_dir=str(tmp_path / "cache"))
+    helpers.write_image(tmp_path / "src" / "cat" / "a.png", helpers.image(0))
+    plain = pack(tmp_path / "src", tmp_path / "plain", options).to_json()["warnings"]
+    assert not [w for w in plain if "bytes that are no text" in w]
+
+
 def test_a_list_whose_captions_are_not_named_caption_says_its_samples_hold_no_txt(tmp_path):
     """LAION's captions are its `TEXT` column: img2dataset's naming wrote no .txt for them (it
     takes `caption`'s), pack said nothing, and code written for img2dataset's output failed at
