@@ -245,10 +245,14 @@ def _check_rows(key: str, name: str, rows: np.ndarray) -> None:
     wrong |= (rows[:, 0] > rows[:, 2]) | (rows[:, 1] > rows[:, 3])
     if wrong.any():
         row = int(np.argmax(wrong))
+        far = ((rows[row] < BOX_REACH[0]) | (rows[row] > BOX_REACH[1])).any()
+        way = ("its numbers reach past the image as a box in pixels does: divide them by the "
+               "image's height and width (boxes in pixels are not read)" if far else
+               f"convert the column, or name its order with --box-columns {name}:xyxy (or "
+               "xywh, cxcywh)")  # fmt: skip
         raise ImageError(key, f"{name!r} row {row} {[round(v, 4) for v in rows[row].tolist()]} "
-                              "is not a normalised [ymin, xmin, ymax, xmax] box of the image: "
-                              "convert the column, or name its order with --box-columns "
-                              f"{name}:xyxy (or xywh, cxcywh)")  # fmt: skip
+                              f"is not a normalised [ymin, xmin, ymax, xmax] box of the image: "
+                              f"{way}")  # fmt: skip
 
 
 def _moved(

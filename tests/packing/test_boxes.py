@@ -504,6 +504,12 @@ def test_boxes_that_are_not_normalised_yxyx_are_not_moved_as_if_they_were(tmp_pa
     reasons = {s["key"]: s["reason"] for s in result.to_json()["skipped_items"]}
     assert "'bbox' row 0 [300.0, 50.0, 80.0, 100.0] is not a normalised" in reasons["a.png"]
     assert "'bbox' row 0 [0.5, 0.8, 0.25, 0.9] is not a normalised" in reasons["b.png"]
+    # pixels were told to name another order (--box-columns bbox:xyxy), which changes nothing
+    assert reasons["a.png"].endswith("box of the image: its numbers reach past the image as a "
+                                     "box in pixels does: divide them by the image's height and "
+                                     "width (boxes in pixels are not read)")  # fmt: skip
+    assert reasons["b.png"].endswith("or name its order with --box-columns bbox:xyxy (or xywh, "
+                                     "cxcywh)")  # fmt: skip
     (kept,) = iter_examples(tmp_path / "out")
     assert kept["key"] == "c.png"
     with pytest.raises(ShardpackError, match=r"a\.png: 'bbox' row 0"):
