@@ -485,8 +485,9 @@ def _samples(tar: _Tar) -> Iterator[tuple[int, Example | RecordError]]:
 
 def _formats_apart(naming: str, formats: list[str]) -> list[str]:
     """A line where the samples name their images by several formats (.jpg, .png: --encode
-    keep of JPEGs and PNGs): `datasets.load_dataset` takes one set of member names a pack, and
-    code written for img2dataset's output asks every sample for its --encode_format's."""
+    keep of JPEGs and PNGs): `datasets.load_dataset` takes one set of member names a pack (its
+    first 5 samples'), and code written for img2dataset's output asks every sample for its
+    --encode_format's."""
     if len(formats) < 2:
         return []
     theirs = (
@@ -497,8 +498,9 @@ def _formats_apart(naming: str, formats: list[str]) -> list[str]:
         else "; encode them as jpeg or png for one"
     )
     return [f"its samples hold images of {len(formats)} formats ({', '.join(formats)}) under "
-            "as many extensions, which datasets.load_dataset(OUT) refuses (it takes one set of "
-            f"members a pack){theirs}"]  # fmt: skip
+            "as many extensions, which datasets.load_dataset(OUT) misreads: it takes its first "
+            "samples' members for every sample's, so another format's images load as None (or "
+            f"it refuses the pack, where its first 5 samples mix them){theirs}"]  # fmt: skip
 
 
 def _no_caption(naming: str, schema: Schema) -> list[str]:
@@ -516,6 +518,20 @@ def _no_caption(naming: str, schema: Schema) -> list[str]:
             f"(to_tuple('jpg', 'txt', 'json')) finds none; the text columns ({said}) are in "
             "each .json: name the captions' feature 'caption' for a .txt (a list's: --columns "
             f"{captions}=caption, with the other columns to keep)"]  # fmt: skip
+
+
+def _binary_in_json(schema: Schema) -> list[str]:
+    """A line where features of bytes that are no text (COCO's `mask` PNG, a Parquet binary
+    column) ride in each sample's .json, as \\udcXX escapes of their bytes past ASCII: json
+    reads them back, but `datasets.load_dataset` (pyarrow) refuses such strings."""
+    binary = [name for name, f in schema.extras.items() if f.dtype == "bytes" and not f.text]
+    if not binary:
+        return []
+    said = ", ".join(map(repr, binary[:3])) + (", ..." if len(binary) > 3 else "")
+    return [f"its samples' .json holds {said}, bytes that are no text, as \\udcXX escapes, "
+            "which Python's json reads back but datasets.load_dataset(OUT) refuses (pyarrow: "
+            "surrogates not allowed); for datasets and the Hub, pack it as parquet, whose "
+            "columns hold bytes"]  # fmt: skip
 
 
 class WebDataset(Container):
@@ -542,7 +558,8 @@ class WebDataset(Container):
             )
 
     def naming_notes(self, naming: str, schema: Schema, formats: list[str]) -> list[str]:
-        return [*_formats_apart(naming, formats), *_no_caption(naming, schema)]
+        return [*_formats_apart(naming, formats), *_no_caption(naming, schema),
+                *_binary_in_json(schema)]  # fmt: skip
 
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,

@@ -41,6 +41,10 @@ NO_AREA = "no area"
 OUTSIDE = "outside the image"
 CROPPED = "cropped away"
 HIDDEN = "mostly cropped away"  # under min_visibility
+# How far a box's normalised edge may be from where it was meant: rows come as float32 (a
+# manifest's, TFDS's, our own shards'), a few units of its last bit (2**-24) at 1.
+ROUNDING = 2.0**-20
+_APART = np.array([[ROUNDING] * 4, [0.0] * 4])
 # Sources whose boxes describe their records' images as TensorFlow decodes them, EXIF
 # orientation not applied: TFDS's prepared folders and shardpack's own shards.
 UNTURNED_SOURCES = frozenset({"tfds", "shardpack"})
@@ -241,10 +245,14 @@ def _check_rows(key: str, name: str, rows: np.ndarray) -> None:
     wrong |= (rows[:, 0] > rows[:, 2]) | (rows[:, 1] > rows[:, 3])
     if wrong.any():
         row = int(np.argmax(wrong))
+        far = ((rows[row] < BOX_REACH[0]) | (rows[row] > BOX_REACH[1])).any()
+        way = ("its numbers reach past the image as a box in pixels does: divide them by the "
+               "image's height and width (boxes in pixels are not read)" if far else
+               f"convert the column, or name its order with --box-columns {name}:xyxy (or "
+               "xywh, cxcywh)")  # fmt: skip
         raise ImageError(key, f"{name!r} row {row} {[round(v, 4) for v in rows[row].tolist()]} "
-                              "is not a normalised [ymin, xmin, ymax, xmax] box of the image: "
-                              "convert the column, or name its order with --box-columns "
-                              f"{name}:xyxy (or xywh, cxcywh)")  # fmt: skip
+                              f"is not a normalised [ymin, xmin, ymax, xmax] box of the image: "
+                              f"{way}")  # fmt: skip
 
 
 def _moved(
@@ -257,8 +265,17 @@ def _moved(
     albumentations measures it: the share of the moved box that the canvas holds)."""
     inside = moved = np.clip(rows, 0.0, 1.0)
     seen = np.ones(len(rows))
+    # how far off each edge may be, in the image's units: the moves take it along, unclipped,
+    # as the last two rows (ROUNDING and 0: their difference)
+    n, apart = len(rows), _APART
     for move in where:
-        whole = move.move_boxes(moved)
+        whole = move.move_boxes(np.concatenate([moved, apart]))
+        apart, whole = whole[n:], whole[:n]
+        rounding = np.abs(apart[0] - apart[1])
+        # an edge within rounding of the canvas's edge is on it: a box that ended where the
+        # crop begins keeps no sliver of 1e-7 (a float32 row's last bit, scaled by the cut)
+        whole[np.abs(whole) <= rounding] = 0.0
+        whole[np.abs(whole - 1) <= rounding] = 1.0
         moved = np.clip(whole, 0.0, 1.0)
         seen *= _area(moved) / np.maximum(_area(whole), np.finfo(np.float64).tiny)
     kept = np.where(seen >= min_visibility, "", HIDDEN)

@@ -624,10 +624,12 @@ def warnings(doc: dict) -> list[str]:
     if not count:
         return []
     example = " and ".join(printable(name) for name in listed[0][:2])
+    dedup = (f"--dedup {doc.get('method', 'exact')} kept the first copy's and skipped the "
+             "others'" if doc.get("removed") else "--dedup exact keeps the first copy's and "
+             "skips the others'")  # fmt: skip
     return [f"{_CONFLICT}{count:,} {'group' if count == 1 else 'groups'} of copies "
             f"{'is' if count == 1 else 'are'} {LABELLED_DIFFERENTLY}: another class, or other "
-            f"boxes, masks or fields (e.g. {example}); fix the labels: "
-            "--dedup exact keeps the first copy's and skips the others' (index.json's "
+            f"boxes, masks or fields (e.g. {example}); fix the labels: {dedup} (index.json's "
             "duplicates.conflicts_listed names them)"]  # fmt: skip
 
 

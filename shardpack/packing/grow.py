@@ -1253,7 +1253,10 @@ def _said(change: Change, mode: str, copies: Copies | None) -> tuple[str, ...]:
     if mode == "append" and (changed or change.vanished):
         kinds = [plural(count, f"{kind} item") for count, kind in
                  ((changed, "changed"), (change.vanished, "vanished")) if count]  # fmt: skip
-        said.append(f"{' and '.join(kinds)} left as packed; pack with --update to bring "
+        moved = (" (a file renamed or moved in SRC is a vanished item and a new one: its image "
+                 "is now held twice, which index.json's copies do not count)"
+                 if change.vanished and any(change.new.values()) else "")  # fmt: skip
+        said.append(f"{' and '.join(kinds)} left as packed{moved}; pack with --update to bring "
                     f"{'it' if changed + change.vanished == 1 else 'them'} in line")  # fmt: skip
     if copies is not None:
         said += duplicates.crowded_warning(copies.crowded)

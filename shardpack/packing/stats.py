@@ -129,24 +129,29 @@ def summed(table: np.ndarray) -> np.ndarray:
     return rows
 
 
-# Where an annotation file's reason points (YOLO's `labels/a.txt line 2: `, VOC's
-# `Annotations/a.xml object 0 (dog): `), a file's path (a word with a slash) and a value
-# quoted as repr() quotes it ('x', not data.yaml's) within one. Patterns, compiled by re at
-# the first skip: a pack that skips nothing never needs them.
-_PLACE = r"^\S*/\S* (?:line \d+|object \d+(?: \([^)]*\))?): "
+# Where a reason points in the file that listed the image (YOLO's `labels/a.txt line 2: `,
+# VOC's `Annotations/a.xml object 0 (dog): `, a manifest's `labels.csv line 7: `, a Parquet
+# file's `data/train-00000-of-00001.parquet row 3: `), a file's path (a word with a slash)
+# and a value quoted as repr() quotes it ('x', not data.yaml's) within one. Patterns, compiled
+# by re at the first skip: a pack that skips nothing never needs them.
+_PLACE = r"^[^:]*? (?:line \d+|row \d+|object \d+(?: \([^)]*\))?): "
 _PATH = r"(?<!\S)[^\s<>]*/[^\s<>]*"
+# An image named before what is wrong with it (`image /data/a.jpg: No such file or directory`)
+_IMAGE = rf"^image {_PATH}: "
 _QUOTED = r"(?<!\w)'[^']*'(?!\w)"
 _NUMBER = r"\d{1,3}(?:,\d{3})+|\d+"  # 1,498,764,624 as 1498764624: one N
 
 
 def reason_kind(reason: str) -> str:
     """A skip reason without what names one file: 'corrupt JPEG: ...' -> 'corrupt JPEG';
-    'labels/a.txt line 2: class 7 is not ...' -> 'class N is not ...' (1,024 too); a path ->
+    'labels/a.txt line 2: class 7 is not ...' -> 'class N is not ...' (1,024 too), 'a.csv line
+    7: image /d/a.jpg: No such file or directory' -> 'No such file or directory'; a path ->
     'FILE', a quoted value -> '...'."""
     for kind in ("duplicate", "near duplicate"):  # what follows names the copy kept
         if reason.startswith(f"{kind} of "):
             return kind
-    kept = re.sub(_QUOTED, "'...'", re.sub(_PLACE, "", reason, count=1))
+    placed = re.sub(_IMAGE, "", re.sub(_PLACE, "", reason, count=1), count=1)
+    kept = re.sub(_QUOTED, "'...'", placed)
     head = re.split(r"[:(]", kept, maxsplit=1)[0]
     return re.sub(_NUMBER, "N", re.sub(_PATH, "FILE", head)).strip() or "other"
 

@@ -19,6 +19,7 @@ from shardpack.errors import (
     MissingPackageError,
     OutputError,
     check_progress,
+    classes_said,
     install_hint,
     os_error_fix,
     printable,
@@ -28,7 +29,7 @@ from shardpack.index import UNWRITTEN, Index, Skipped, load_index
 from shardpack.layout import REPORT_NAME
 from shardpack.packing import facts
 from shardpack.packing.duplicates import LABELLED_DIFFERENTLY, all_removed, record_name
-from shardpack.packing.objects import SIZES, objects_of
+from shardpack.packing.objects import SIZES, num_object_classes, objects_of
 from shardpack.packing.outdir import OUTPUTS
 from shardpack.packing.stats import NOT_NOTED, reasons_of
 from shardpack.read.preview import exists_error, no_file_there
@@ -167,8 +168,7 @@ def render(index: Index, progress: Callable[[int, int], None] | None = None) -> 
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(index.name)}: data card"
         f"</title><style>{_STYLE}</style></head><body><h1>{_e(index.name)}</h1>",
-        f"<p>{_e(index.source)} source, encoding {_e(index.encoding)}, "
-        f"{_e(index.container_name)} shards, {len(index.classes)} classes.</p>",
+        _described(index),
         _splits_section(index),
         _images_section(summaries),
         _objects_section(index, summaries),
@@ -255,6 +255,14 @@ def _splits_table(index: Index) -> str:
     return _table(("split", "records", "shards", "bytes"), rows)
 
 
+def _described(index: Index) -> str:
+    """The card's first line: the source, encoding and container, and the classes as pack's
+    summary says them (an object dataset's: 'no image classes, 6 object classes')."""
+    classes = classes_said(len(index.classes), num_object_classes(index.schema))
+    return (f"<p>{_e(index.source)} source, encoding {_e(index.encoding)}, "
+            f"{_e(index.container_name)} shards, {_e(classes)}.</p>")  # fmt: skip
+
+
 def _splits_section(index: Index) -> str:
     classes = index.classes[:SHOWN_CLASSES]
     balance = []
@@ -278,6 +286,11 @@ def _splits_section(index: Index) -> str:
         if index.splits:  # matplotlib warns of a legend of nothing
             ax.legend()
         chart = _svg(fig)
+    if not classes:  # a table of no row: what the records hold instead
+        where = " (their objects' classes: Objects, below)" if num_object_classes(
+            index.schema) else ""  # fmt: skip
+        return ("<section id='splits'><h2>Splits</h2>" + _splits_table(index)
+                + f"<p>The images have no classes{where}.</p></section>")  # fmt: skip
     return (
         "<section id='splits'><h2>Splits</h2>"
         + _splits_table(index)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 from collections import Counter
@@ -9,9 +10,10 @@ from collections.abc import Iterable, Mapping
 
 from shardpack.containers import shard_container
 from shardpack.errors import Option, SourceError, plural
+from shardpack.layout import INDEX_NAME
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
-from shardpack.sources import cifar, repack
+from shardpack.sources import cifar, repack, tfdsdir
 from shardpack.sources.classlist import Listing, check_class_name, class_list, labelled
 from shardpack.sources.nearmisses import folder_name_warnings
 from shardpack.sources.scanprogress import listed
@@ -133,6 +135,7 @@ def scan_folder(src: Storage, options: PackOptions) -> Dataset:
     if options.source != "folder":  # --source folder: every folder is a class, as asked
         _refuse_split_like(src, found_classes, found)
         _refuse_one_class_of_folders(src, found_classes, found)
+        _refuse_one_class_with_folders(src, found, passed)
     classes = class_list(found_classes, options.classes)
     items, left_out = labelled(found, classes, options.on_error)
     if found and not items:
@@ -208,6 +211,35 @@ def _refuse_one_class_of_folders(src: Storage, folders: tuple[str, ...], found: 
         Option("source", "folder"),
         f" to pack every image as the one class {name!r}",
     )
+
+
+def _refuse_one_class_with_folders(src: Storage, found: Listing, passed: Passed) -> None:
+    """Refuse SRC holding images of its own beside folders of images, as many or more than
+    those folders, where folders beside SRC hold images themselves: SRC is one class folder of
+    the dataset above it (~/data/flowers/daisy with its 2019/), whose own images a scan would
+    skip as in no class folder and whose folders it would take for the classes."""
+    own = sum(1 for _, why in passed.skipped if why == _NO_CLASS.format("SRC/<class>/<image>"))
+    folders = sorted({label for label, _, _ in found})
+    above = src.parent()
+    if not folders or own < len(folders) or above is None:
+        return
+    name = os.path.basename(src.path())
+    if not (others := _classes_beside(above, name)):
+        return
+    raise SourceError(
+        f"{src.path()}: its {own} images lie in SRC itself and more in its "
+        f"{'folder' if len(folders) == 1 else 'folders'} {few(folders)}: it is "
+        f"{_beside(src, others)}; or pass ",
+        Option("source", "folder"),
+        f" to take {few(folders)} as the classes, its own images skipped",
+    )
+
+
+def _beside(src: Storage, others: list[str]) -> str:
+    """What to pass for SRC, one class folder beside `others` (folders of images): a message's
+    part."""
+    return (f"a class folder beside {few(others)}: pass {os.path.dirname(src.path())} to pack "
+            "them all, each folder a class")  # fmt: skip
 
 
 def left_out_by_classes(where: str, images: int, found: Iterable[str]) -> SourceError:
@@ -377,9 +409,8 @@ def _nothing_found(src: Storage, passed: Passed) -> tuple[str | Option, ...]:
         if above is not None and _only_entry(above, name):  # else it packs its others too
             way += f", or pass {parent} to pack {name} as one class"
         elif above is not None and (others := _classes_beside(above, name)):
-            return (f"its {loose} images lie in SRC itself, a class folder beside "
-                    f"{few(others)}: pass {parent} to pack them all, each folder a "
-                    "class", *_unlabeled(root))  # fmt: skip
+            return (f"its {loose} images lie in SRC itself, {_beside(src, others)}",
+                    *_unlabeled(root))  # fmt: skip
         return (f"its {loose} images lie in SRC itself, but each class needs its own folder "
                 f"(SRC/<class>/<image>): {way}", *_unlabeled(root))  # fmt: skip
     return expected_layout(src, passed)
@@ -401,18 +432,46 @@ def expected_layout(src: Storage, passed: Passed, splits: bool = False) -> tuple
     expected = f"expected {layout} with extensions {', '.join(sorted(IMAGE_EXTENSIONS))}"
     if not passed.ignored:
         return (expected,)
+    if _saved_to_disk(passed.ignored_files):
+        root = src.path().rstrip("/")
+        code = (f"import datasets; d = datasets.load_from_disk({json.dumps(root)}); [s.to_parquet("
+                f"{json.dumps(root + '-parquet/data/')} + n + \"-00000-of-00001.parquet\") for "
+                "n, s in (d.items() if isinstance(d, datasets.DatasetDict) else [(\"train\", "
+                "d)])]")  # fmt: skip
+        return ("it is a Hugging Face dataset written by save_to_disk (Arrow files), which "
+                f"shardpack does not read: write it as Parquet, python -c {shlex.quote(code)}, "
+                f"then pack {root}-parquet",)  # fmt: skip
     kinds = Counter(map(_file_kind, passed.ignored_files))
-    said = ", ".join(f"{n:,} {kind}s" if kind.endswith(" shard") else f"{kind} {n:,}"
+    said = ", ".join(plural(n, kind) if kind.endswith(" shard") else f"{kind} {n:,}"
                      for kind, n in kinds.most_common(3))  # fmt: skip
     have = "has" if passed.ignored == 1 else "have"
     passed_over = f"{expected}; its {plural(passed.ignored, 'file')} {have} none of those ({said})"
     shards = [name for name in passed.ignored_files if shard_container(name.rpartition("/")[2])]
     if shards:  # a pack's output, or a copy of its shards: packed again from its own folder
-        folder = src.path(shards[0].rpartition("/")[0])
-        return (f"{passed_over}: {shards[0]} is a {_file_kind(shards[0])}, not an image; to pack "
+        base = shards[0].rpartition("/")[0]
+        folder = src.path(base)
+        holder = src.child(base) if base else src
+        if holder.kind(INDEX_NAME) != "file" and all(
+            holder.kind(name) == "file" for name in (tfdsdir.INFO, tfdsdir.FEATURES)
+        ):  # TFDS's data_dir/<name>/<version>, passed a level or two above
+            return (f"{passed_over}: {shards[0]} is a shard of the TFDS prepared directory "
+                    f"{folder} ({tfdsdir.INFO} beside it): pass that folder as SRC",)  # fmt: skip
+        kind = _file_kind(shards[0])
+        article = "an" if kind[0] in "aeiou" else "a"
+        return (f"{passed_over}: {shards[0]} is {article} {kind}, not an image; to pack "
                 f"shards again, pass the folder of the pack that wrote them ({folder}, with its "
                 "index.json) as SRC with ", Option("source", "shardpack"))  # fmt: skip
     return (f"{passed_over}: convert the images to one of those formats",)
+
+
+def _saved_to_disk(names: Iterable[str]) -> bool:
+    """Whether these files (relative paths) are a `datasets` save_to_disk folder's: its
+    dataset_dict.json, or a split's state.json beside its data-00000-of-00001.arrow."""
+    names = set(names)
+    arrow = {name.rpartition("/")[0] for name in names if name.endswith(".arrow")}
+    return any(name.rpartition("/")[2] == "dataset_dict.json" or (
+        name.rpartition("/")[2] == "state.json" and name.rpartition("/")[0] in arrow)
+        for name in names)  # fmt: skip
 
 
 def _file_kind(name: str) -> str:

@@ -200,6 +200,23 @@ def test_the_issues_center_crop_drops_the_box_it_cuts_away_and_counts_it(tmp_pat
     assert summary["records"] == 1 and summary["skipped"] == 0
 
 
+def test_a_box_that_ends_where_the_crop_begins_is_dropped_not_kept_as_a_sliver(tmp_path: Path):
+    """A centre crop of the 120x80 photo to 16x64 keeps x 50-70: red (x 10-50) ends where it
+    begins and green (x 70-110) begins where it ends, neither with a pixel left. Their rows,
+    float32 in the manifest (50/120 is not one), came back as boxes 1e-7 wide: an object
+    where the image shows none."""
+    objects = {"red": (20, 10, 60, 50), "green": (10, 70, 70, 110), "blue": (30, 55, 50, 65)}
+    photo = _photo(80, 120, objects)
+    rows = [("a.png", _png(photo), _columns(80, 120, objects))]
+    result = _pack(_manifest(tmp_path / "src", rows), tmp_path / "out", encode="png",
+                   resize=(16, 64), resize_mode="center-crop")  # fmt: skip
+    (record,) = iter_examples(tmp_path / "out", decode=True)
+    expected, size = _oracle(photo, objects, "center-crop", resize=(16, 64), target=(16, 64))
+    assert [name for name, _ in expected] == ["blue"]
+    _check(record, expected, size)
+    assert result.to_json()["boxes_dropped"] == {"cropped away": 2}
+
+
 @pytest.mark.parametrize("share", [0.3, 0.7])
 def test_min_visibility_drops_what_albumentations_drops(tmp_path: Path, share: float):
     """A centre crop to a square keeps x 100-300 of the 400x200 photo: red (x 250-330) keeps
@@ -487,6 +504,12 @@ def test_boxes_that_are_not_normalised_yxyx_are_not_moved_as_if_they_were(tmp_pa
     reasons = {s["key"]: s["reason"] for s in result.to_json()["skipped_items"]}
     assert "'bbox' row 0 [300.0, 50.0, 80.0, 100.0] is not a normalised" in reasons["a.png"]
     assert "'bbox' row 0 [0.5, 0.8, 0.25, 0.9] is not a normalised" in reasons["b.png"]
+    # pixels were told to name another order (--box-columns bbox:xyxy), which changes nothing
+    assert reasons["a.png"].endswith("box of the image: its numbers reach past the image as a "
+                                     "box in pixels does: divide them by the image's height and "
+                                     "width (boxes in pixels are not read)")  # fmt: skip
+    assert reasons["b.png"].endswith("or name its order with --box-columns bbox:xyxy (or xywh, "
+                                     "cxcywh)")  # fmt: skip
     (kept,) = iter_examples(tmp_path / "out")
     assert kept["key"] == "c.png"
     with pytest.raises(ShardpackError, match=r"a\.png: 'bbox' row 0"):

@@ -505,8 +505,13 @@ def test_a_copy_filed_under_two_classes_is_a_label_conflict(many: tuple) -> None
     """COPIES' copy_a is train/cat/img_000.jpg filed under dog: 'a duplicate copy' before, and
     --dedup exact dropped one of the two labels without a word. Its group's first two copies
     are cats (the one kept, then img_000): the warning named those two, which agree; now
-    the kept one and the dog, in the summary (found in the shards) and with --dedup."""
+    the kept one and the dog, in the summary (found in the shards) and with --dedup, which
+    said it 'keeps the first copy's' as if it had not run: now what it did."""
     plain, found, deduped, removed = many
+    done = {
+        id(found): "--dedup exact keeps the first copy's and skips the others'",
+        id(removed): "--dedup exact kept the first copy's and skipped the others'",
+    }
     for summary in (found, removed):
         dup = summary["duplicates"]
         assert dup["label_conflicts"] == 1
@@ -517,7 +522,7 @@ def test_a_copy_filed_under_two_classes_is_a_label_conflict(many: tuple) -> None
         assert "1 group of copies is labelled differently: another class" in warning
         assert f"(e.g. {kept} and {other})" in warning
         # the flag as it is passed: a bare --dedup is a usage error (it takes a value)
-        assert "; fix the labels: --dedup exact keeps the first copy's" in warning
+        assert f"; fix the labels: {done[id(summary)]} (index.json's" in warning
     text = runner.invoke(app, ["inspect", str(deduped)]).output
     assert "1 group of copies labelled differently (label conflicts)" in text
     card = (deduped / "README.md").read_text()

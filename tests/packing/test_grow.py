@@ -57,6 +57,22 @@ def _files(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
 
 
+def test_append_after_a_rename_says_the_image_is_held_twice(tmp_path: Path):
+    """cat/img_000.jpg renamed img_new.jpg, then --append: its old record stays and the new
+    name is packed, the image held twice; the note said only '1 vanished item left as
+    packed', and index.json counts no copy (the held one's bytes are not read again)."""
+    src = make_tree(tmp_path / "src", {"cat": 2})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1))
+    (src / "cat" / "img_000.jpg").rename(src / "cat" / "img_new.jpg")
+    result = pack(src, out, PackOptions(grow="append", workers=1))
+    assert "its image is now held twice" in result.notes[0]
+    images = [r["image"] for r in iter_examples(out, "train")]
+    assert len(images) == 3 and len(set(images)) == 2
+    (src / "cat" / "img_001.jpg").unlink()  # gone, nothing new: no word of a rename
+    assert "renamed" not in pack(src, out, PackOptions(grow="append", workers=1)).notes[0]
+
+
 def test_append_adds_a_class_at_the_end_and_leaves_every_shard(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"cat": 4, "dog": 4})
     out = tmp_path / "out"
@@ -69,7 +85,9 @@ def test_append_adds_a_class_at_the_end_and_leaves_every_shard(tmp_path: Path):
     assert result.grow == {"mode": "append", "added": 5, "changed": 0, "removed": 0,
                            "shards_rewritten": 0}  # fmt: skip
     assert result.notes[0] == (
-        "1 vanished item left as packed; pack with --update to bring it in line"
+        "1 vanished item left as packed (a file renamed or moved in SRC is a vanished item and "
+        "a new one: its image is now held twice, which index.json's copies do not count); "
+        "pack with --update to bring it in line"
     )  # one count, one item: not "0 changed and 1 ... items"
     after = shard_files(out)
     assert {k: after[k] for k in before} == before  # byte for byte, under their names

@@ -6,8 +6,11 @@ import numpy as np
 import pytest
 
 from shardpack.errors import ImageError
+from shardpack.options import PackOptions
 from shardpack.packing.masks import check_size
-from shardpack.packing.stats import entry_summaries, reason_kind
+from shardpack.packing.packer import pack
+from shardpack.packing.stats import entry_summaries, reason_kind, reasons_of
+from tests import helpers
 
 
 @pytest.mark.parametrize("count", [1, 2, 5, 6, 1001])
@@ -81,3 +84,19 @@ def test_a_reason_kind_does_not_name_the_file_or_the_line_it_came_from():
     large = {reason_kind(f"{n:,} bytes, over the limit of 1,000 bytes, the most an image of "
                          "--max-pixels can take: raise it") for n in (1001, 8 << 30)}  # fmt: skip
     assert large == {kind}
+
+
+def test_a_manifest_s_skips_are_counted_by_what_is_wrong_not_by_its_file_and_line(tmp_path):
+    """A JSONL manifest's missing image and repeated row were both counted as 'm.jsonl line
+    N' (by reason: m.jsonl line N 2), its file and line taken for the kind: a path without a
+    slash, and a Parquet file's rows, slipped past what strips a place."""
+    for i in range(2):
+        helpers.write_image(tmp_path / "imgs" / f"{i}.png", helpers.image(i))
+    rows = [{"path": f"imgs/{name}.png"} for name in ("0", "1", "gone", "1", "lost")]
+    result = pack(helpers.write_jsonl(tmp_path / "m.jsonl", rows), tmp_path / "out",
+                  PackOptions(workers=1))  # fmt: skip
+    assert result.to_json()["skip_reasons"] == {"No such file or directory": 2,
+                                                "the same image as line N": 1}  # fmt: skip
+    parquet = ["data/train-00000-of-00002.parquet row 7: holds no image", "b.parquet row 0: "
+               "holds no image", "my list.csv line 3: holds no image"]  # fmt: skip
+    assert reasons_of(parquet) == {"holds no image": 3}

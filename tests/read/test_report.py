@@ -11,7 +11,7 @@ from shardpack.errors import RESTORE_SHARD
 from shardpack.index import load_index
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
-from shardpack.read.report import _objects_section, _splits_table
+from shardpack.read.report import _described, _objects_section, _splits_section, _splits_table
 from tests.helpers import (
     OBJECT_ROWS,
     make_tree,
@@ -37,6 +37,20 @@ def test_the_card_counts_objects_per_class_per_image_and_by_box_size(objects_out
     assert [values[f"class:{c}"] for c in ("cat", "dog", "eel")] == ["2", "1", "1"]
     # a.png's two boxes are 20 x 24 and 16 x 27 pixels; b.png's 100 x 120 and 50 x 60
     assert [values[f"size:{s}"] for s in ("small", "medium", "large")] == ["2", "1", "1"]
+
+
+def test_the_card_says_the_classes_as_the_pack_summary_does(objects_out: Path, tmp_path: Path):
+    """A COCO pack's card began 'coco source, encoding keep, tfrecord shards, 0 classes.',
+    where pack said 'no image classes; 6 object classes', and one class was '1 classes'; its
+    class balance was a table of no row."""
+    index = load_index(objects_out)
+    said = _described(index)
+    assert said.endswith(" shards, no image classes, 3 object classes.</p>"), said
+    splits = _splits_section(index)
+    assert "Class balance" not in splits
+    assert "<p>The images have no classes (their objects' classes: Objects, below).</p>" in splits
+    out = pack(make_tree(tmp_path / "src", {"cat": 1}), tmp_path / "out", PackOptions(workers=1))
+    assert _described(out.index).endswith(" shards, 1 class.</p>")
 
 
 def test_the_card_counts_objects_where_every_image_holds_some(tmp_path: Path):

@@ -606,6 +606,28 @@ def test_a_flat_folder_of_images_says_what_to_do(tmp_path):
     assert dataset.classes == () and dataset.num_items == 3  # that advice works too
 
 
+def test_one_class_folder_with_folders_of_its_own_says_to_pass_the_dataset(tmp_path):
+    """flowers/daisy passed, its photos beside its 2019/: the scan took 2019 for the one class
+    and skipped daisy's own photos, saying to move them into their class's folder."""
+    daisy = tmp_path / "flowers" / "daisy"
+    for i in range(3):
+        _touch_image(daisy / f"d{i}.jpg", i)
+    _touch_image(daisy / "2019" / "old.jpg", 5)
+    _touch_image(tmp_path / "flowers" / "rose" / "r.jpg", 6)
+    with pytest.raises(SourceError) as caught:
+        scan(daisy)
+    assert str(caught.value) == (
+        f"{daisy}: its 3 images lie in SRC itself and more in its folder '2019': it is a class "
+        f"folder beside 'rose': pass {tmp_path / 'flowers'} to pack them all, each folder a "
+        "class; or pass source='folder' to take '2019' as the classes, its own images skipped"
+    )
+    assert scan(tmp_path / "flowers").classes == ("daisy", "rose")  # the advice works
+    assert scan(daisy, PackOptions(source="folder")).classes == ("2019",)
+    for i in range(3):  # a dataset's few stray images beside its classes: packed, they skipped
+        _touch_image(daisy / f"c{i}" / "c.jpg", 7 + i)
+    assert scan(daisy).classes == ("2019", "c0", "c1", "c2")
+
+
 def test_the_parent_of_a_cifar_folder_points_at_it(tmp_path):
     cifar = helpers.make_cifar10_python(tmp_path / "cifar-10-batches-py", per_batch=2, batches=1)
     with pytest.raises(SourceError, match=f"{cifar} holds CIFAR batches: pass that folder as SRC"):

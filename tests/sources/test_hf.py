@@ -348,6 +348,28 @@ def test_hf_bad_layouts_are_one_line(hf_folder, tmp_path, monkeypatch):
     refused(tmp_path / "junk.parquet", "junk.parquet: not a readable Parquet file")
 
 
+def test_a_save_to_disk_folder_says_how_to_write_it_as_parquet_and_that_works(tmp_path):
+    """datasets' save_to_disk (Arrow files and JSON) was 'no images found; ... its 7 files have
+    none of those (.json 5, .arrow 2): convert the images to one of those formats'."""
+    import shlex
+
+    dataset = _hf_dataset(8)
+    saved = tmp_path / "saved"
+    datasets.DatasetDict({"train": dataset, "test": dataset}).save_to_disk(str(saved))
+    for src in (saved, saved / "train"):  # a DatasetDict's folder, or one Dataset's
+        with pytest.raises(SourceError) as caught:
+            scan(src)
+        said = str(caught.value)
+        assert said.startswith(f"{src}: no images found; it is a Hugging Face dataset written "
+                               "by save_to_disk (Arrow files), which shardpack does not read: "
+                               "write it as Parquet, python -c ")  # fmt: skip
+        assert said.endswith(f", then pack {src}-parquet")
+    code = shlex.split(said.split("write it as Parquet, ")[1].split(", then pack")[0])[2]
+    exec(code, {})  # as the message says, without another interpreter's datasets import
+    written = scan(f"{src}-parquet")
+    assert list(written.splits) == ["train"] and written.num_items == 7  # row 6 has no label
+
+
 def test_a_card_of_another_kind_of_dataset_leaves_its_folder_to_the_others(tmp_path):
     src = make_tree(tmp_path / "src", {"a": 2, "b": 2})
     (src / "README.md").write_text(  # an ImageFolder's card: its configs name images

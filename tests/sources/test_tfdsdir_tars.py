@@ -167,6 +167,22 @@ def test_tfds_missing_shard_is_one_line(tfds_dirs, tmp_path):
     helpers.one_line_error(done, "tiny-test.tfrecord-00000-of-00001", "missing", "copy every")
 
 
+def test_a_tfds_folder_passed_above_its_version_names_the_version_folder(tfds_dirs):
+    """~/tensorflow_datasets/tiny (the docs' `cifar10/3.0.2` without its version) said to pass
+    1.0.0 with --source shardpack and its index.json, which TFDS never writes: a dead end."""
+    version = tfds_dirs["tfrecord"]
+    for above in (version.parent, version.parent.parent):  # <name>/, and TFDS's data_dir
+        with pytest.raises(SourceError) as caught:
+            scan(above)
+        said = str(caught.value)
+        assert said.endswith(
+            f"is a shard of the TFDS prepared directory {version} "
+            "(dataset_info.json beside it): pass that folder as SRC"
+        ), said
+        assert "shardpack" not in said.split(": no images found")[1]
+    assert scan(version).kind == "tfds"  # the advice works
+
+
 def test_tfds_unsupported_feature_is_refused_by_name(tfds_dirs, tmp_path):
     src = Path(shutil.copytree(tfds_dirs["tfrecord"], tmp_path / "src"))
     features = src / "features.json"

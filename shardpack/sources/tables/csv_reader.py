@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import itertools
 import os
+import shlex
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -158,7 +159,10 @@ def _raw(taken: list[str], width: int | None, one: bool) -> list[list[str]] | No
     before its cell's end (`"Hello" world`, as CC3M's and CC12M's unquoted TSVs hold
     captions: no CSV writer writes that), or one whose quote ran on past its line where each
     of its lines is a row of the header's width; else None (CSV's quoting stands)."""
-    rows = [line.rstrip("\r\n").split(TAB) if line.strip("\r\n") else [] for line in taken]
+    bare = [line.rstrip("\r\n") for line in taken]
+    if any("\r" in line for line in bare):  # a line break of no kind a row is read by
+        return None
+    rows = [line.split(TAB) if line.strip("\r\n") else [] for line in bare]
     if one and len(rows) == 1:
         return rows
     if width is not None and rows and all(len(row) in (0, width) for row in rows):
@@ -185,6 +189,12 @@ def _long_line(line: str, delimiter: str) -> list[str] | None:
 def _malformed(path: str, e: csv.Error, before: int, line: int) -> SourceError:
     """The error of a file the csv module cannot read on from `line` (its record began after
     line `before`)."""
+    if "new-line character seen in unquoted field" in str(e):  # a lone \r inside a line
+        return SourceError(
+            f"{path} line {line}: a carriage return (\\r) inside the line, outside quotes, as "
+            "an edit of a Windows (CRLF) file leaves it (sed 's/$/,x/' writes after the \\r); "
+            f"remove them (sed -i 's/\\r//g' {shlex.quote(path)}), then pack it again"
+        )
     if "field limit" not in str(e):
         return SourceError(f"{path} line {line}: malformed CSV ({e}); check its quoting")
     return SourceError(

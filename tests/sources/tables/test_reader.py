@@ -597,6 +597,24 @@ def test_a_fifo_manifest_is_refused_without_waiting_for_a_writer(tmp_path):
     assert "t.csv: is not a regular file" in str(errors[0])
 
 
+@pytest.mark.parametrize("sep", [",", "\t"])
+def test_a_carriage_return_inside_a_line_says_so_and_the_way_on_works(tmp_path, sep):
+    """A Windows CSV given a column with sed ('s/$/,x/' writes after each line's \\r) stopped
+    the run with the csv module's own words: 'new-line character seen in unquoted field - do
+    you need to open the file in universal-newline mode?'; a TSV's header named a column
+    'label\\r', which took the labels as text."""
+    path = tmp_path / ("m.csv" if sep == "," else "m.tsv")
+    path.write_bytes(f"path{sep}label\r{sep}note\r\na.jpg{sep}cat\r{sep}x\r\n".encode())
+    with pytest.raises(SourceError) as caught:
+        read_manifest(path)
+    said = str(caught.value)
+    assert said.startswith(f"{path} line 1: a carriage return (\\r) inside the line"), said
+    fix = said.split("remove them (")[1].split("), then")[0]
+    subprocess.run(["sh", "-c", fix], check=True)  # as the message says
+    fixed = read_manifest(path)
+    assert "note" in fixed.columns and fixed.bad == [] and fixed.label.values == ("cat",)
+
+
 def test_a_giant_line_stops_the_read_without_loading_it(tmp_path, chunking):
     path = tmp_path / "t.jsonl"
     with open(path, "wb") as f:
