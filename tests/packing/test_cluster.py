@@ -4,6 +4,7 @@ separate processes on loopback; byte-identical to the local run."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import socket
@@ -104,25 +105,39 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def scheduler():
-    """A scheduler and two workers (nannies: a killed worker is restarted) for this module."""
+@contextmanager
+def _cluster(*worker_args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """A scheduler (its settings from `env`: DASK_... variables) and `dask worker *worker_args`
+    as processes of their own on loopback; yields the scheduler's address once its first
+    worker joined."""
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     procs = [subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port),
-                               "--no-dashboard"], stderr=subprocess.DEVNULL)]  # fmt: skip
-    procs.append(subprocess.Popen([DASK, "worker", address, "--nworkers", "2", "--nthreads", "1",
-                                   "--no-dashboard"], stderr=subprocess.DEVNULL))  # fmt: skip
+                               "--no-dashboard"], stderr=subprocess.DEVNULL,
+                              env={**os.environ, **(env or {})})]  # fmt: skip
+    procs.append(subprocess.Popen([DASK, "worker", address, "--nthreads", "1", "--no-dashboard",
+                                   *worker_args], stderr=subprocess.DEVNULL))  # fmt: skip
     from distributed import Client
 
     try:
         with Client(address, timeout="30s") as client:
-            client.wait_for_workers(2, timeout=60)
+            client.wait_for_workers(1, timeout=60)
         yield address
     finally:
         for proc in reversed(procs):  # the workers first, while the scheduler hears them go
             proc.terminate()
             proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def scheduler():
+    """A scheduler and two workers (nannies: a killed worker is restarted) for this module."""
+    with _cluster("--nworkers", "2") as address:
+        from distributed import Client
+
+        with Client(address, timeout="30s") as client:
+            client.wait_for_workers(2, timeout=60)
+        yield address
 
 
 # The default container in `make test`; every other one, on the same cluster, in test-long.
@@ -251,3 +266,76 @@ def test_a_malformed_scheduler_address_is_one_line(address, tmp_path: Path):
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
     (line,) = run.stderr.splitlines()
     assert f"--scheduler {address}: not an address" in line and "HOST:PORT" in line
+
+
+def test_a_shard_whose_workers_all_died_is_one_line_not_a_hang(tmp_path: Path):
+    """A task the scheduler gave up on (its workers died: here the first, allowed-failures 0)
+    hung joblib's dask backend for ever (a KilledWorker never reached its callback); and on a
+    cluster of one thread joblib ran every shard in the client itself (n_jobs=1), so that the
+    kill changed nothing."""
+    import threading
+
+    from distributed import Client
+
+    from shardpack.errors import WorkerDiedError
+
+    src = tmp_path / "src"
+    for i in range(120):
+        write_image(src / f"c{i % 2}" / f"{i:04d}.jpg", image(i, 240, 320))
+    out = tmp_path / "out"
+    journal = out / ".shardpack.journal"
+    gives_up = {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
+    with _cluster(env=gives_up) as address:
+        with Client(address, timeout="30s") as client:
+            (pid,) = client.run(os.getpid).values()
+
+        def kill_after_the_first_shard() -> None:
+            wait_for(lambda: journal.exists() and len(journal.read_text().splitlines()) >= 2)
+            os.kill(pid, signal.SIGKILL)
+
+        threading.Thread(target=kill_after_the_first_shard, daemon=True).start()
+        with pytest.raises(WorkerDiedError) as died:
+            pack(src, out, PackOptions(encode="png", shards=6, backend="dask", scheduler=address))
+    said = str(died.value)
+    assert said.startswith(f"{address}: every Dask worker that ran {src.name}-train.") and (
+        "resume=True" in said
+    ), said
+    assert not list(out.glob(".*partial*"))
+
+
+def test_a_scheduler_without_workers_is_one_line(tmp_path: Path, monkeypatch):
+    """joblib waited 10 s, then its TimeoutError ('... increase the joblib/dask connection
+    timeout with:\\n\\nparallel_config(...)') was said as an OSError: '; check the path'."""
+    from distributed import LocalCluster
+
+    from shardpack.packing import cluster
+
+    monkeypatch.setattr(cluster, "WAIT_FOR_WORKERS_S", 0.5, raising=False)
+    src = make_tree(tmp_path / "src", {"a": 2})
+    empty = LocalCluster(
+        n_workers=0,
+        processes=False,
+        protocol="tcp",
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+    )
+    with empty, pytest.raises(ClusterError) as refused:
+        pack(src, tmp_path / "out", PackOptions(backend="dask", scheduler=empty.scheduler_address))
+    assert str(refused.value).startswith(f"{empty.scheduler_address}: the Dask scheduler has no "
+                                         "workers (waited 0.5 s); start them")  # fmt: skip
+    assert not (tmp_path / "out" / "index.json").exists()
+
+
+@pytest.mark.long  # the S3 server
+def test_workers_without_the_stores_credentials_are_named(job, scheduler, s3):
+    """The module's workers began before this test gave the store's settings to its process:
+    they have no credentials. botocore's NoCredentialsError is no OSError: it left the probe as
+    if this process had failed ('the object store refused or could not be reached: Unable to
+    locate credentials'), which had them."""
+    src, _, options = job
+    source, out = s3.put_tree(src, "raw/src"), s3.url("packed/src")
+    with pytest.raises(ClusterError) as refused:
+        pack(source, out, replace(options, backend="dask", scheduler=scheduler))
+    said = str(refused.value)
+    assert f"every Dask worker shares (the cluster at {scheduler}): " in said, said
+    assert f"cannot reach {source}/" in said and said.endswith("same credentials and endpoint")
