@@ -65,6 +65,7 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
             # a stopped run cancels the tasks in flight, and each worker logged that as a
             # warning under the one line that says why the run stopped
             silence_logs=logging.ERROR,
+            preload=[__name__],  # dask_setup below, in each worker
         )
         with cluster, Client(cluster) as client:
             yield client
@@ -98,6 +99,16 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
                                "--nthreads 1), or drop ", Option("scheduler"),
                                " for a local cluster") from None  # fmt: skip
         yield client
+
+
+def dask_setup(worker) -> None:
+    """Run by each worker of a LocalCluster as it starts (its preload): Ctrl-C, which the
+    terminal sends to the whole process group, is the client's to handle (it stops its
+    cluster); each worker printed a KeyboardInterrupt traceback above the line saying why the
+    run stopped."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @contextmanager

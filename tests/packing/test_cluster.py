@@ -80,23 +80,34 @@ def test_local_cluster_matches_local(job, tmp_path: Path, capfd):
     assert "8787" not in capfd.readouterr().err
 
 
-def test_a_stopped_local_cluster_run_says_one_line(tmp_path: Path):
+# Ctrl-C as a terminal sends it, to the whole process group; SIGTERM to the run alone
+@pytest.mark.parametrize("stop", [
+    "ctrl-c", pytest.param("sigterm", marks=pytest.mark.long),
+])  # fmt: skip
+def test_a_stopped_local_cluster_run_says_one_line(tmp_path: Path, stop: str):
     """Stopped mid-run, the workers' logs of the tasks cancelled ('distributed.worker.
     state_machine - WARNING - Async instruction for <Task cancelled ...> ended with
-    CancelledError', one a task in flight) came under the line saying why the run stopped."""
+    CancelledError', one a task in flight) came under the line saying why the run stopped;
+    and a Ctrl-C reached the workers too, each printing a KeyboardInterrupt traceback."""
     for i in range(240):
         write_image(tmp_path / "src" / f"c{i % 2}" / f"{i:04d}.jpg", image(i, 240, 320))
     out = tmp_path / "out"
     run = forkserver.start(forkserver.SHARDPACK, "pack", str(tmp_path / "src"), str(out),
                            "--backend", "dask", "--workers", "2", "--shards", "12", "--encode",
-                           "png", "--no-progress")  # fmt: skip
+                           "png", "--no-progress", start_new_session=True)  # fmt: skip
     journal = out / ".shardpack.journal"
-    wait_for(lambda: run.poll() is not None or journal.exists())
-    run.send_signal(signal.SIGTERM)  # shards in flight: the first of 12 just landed
+    wait_for(lambda: run.poll() is not None or (journal.exists() and len(
+        journal.read_text().splitlines()) > 1))  # fmt: skip
+    # shards in flight: the first of 12 just landed
+    if stop == "ctrl-c":
+        os.killpg(run.pid, signal.SIGINT)
+    else:
+        run.send_signal(signal.SIGTERM)
     stderr = run.communicate(timeout=120)[1]
-    assert run.returncode == 143, stderr
-    said = "terminated: no index written; rerun with --resume to continue"
-    assert stderr.strip().splitlines() == [said], stderr
+    assert run.returncode == (130 if stop == "ctrl-c" else 143), stderr
+    said = "interrupted" if stop == "ctrl-c" else "terminated"
+    assert stderr.strip().splitlines() == [f"{said}: no index written; rerun with --resume to "
+                                           "continue"], stderr  # fmt: skip
 
 
 def _free_port() -> int:
