@@ -95,8 +95,8 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
             client.wait_for_workers(1, timeout=WAIT_FOR_WORKERS_S)
         except TimeoutError:
             raise ClusterError(f"{scheduler}: the Dask scheduler has no workers (waited "
-                               f"{WAIT_FOR_WORKERS_S} s); start them (dask worker {scheduler} "
-                               "--nthreads 1), or drop ", Option("scheduler"),
+                               f"{WAIT_FOR_WORKERS_S} s); start them (dask worker {scheduler}), "
+                               "or drop ", Option("scheduler"),
                                " for a local cluster") from None  # fmt: skip
         yield client
 
