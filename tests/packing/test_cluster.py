@@ -279,39 +279,65 @@ def test_a_malformed_scheduler_address_is_one_line(address, tmp_path: Path):
     assert f"--scheduler {address}: not an address" in line and "HOST:PORT" in line
 
 
-def test_a_shard_whose_workers_all_died_is_one_line_not_a_hang(tmp_path: Path):
+def _stopped(src: Path, out: Path, options: PackOptions, victim: int, expected: type) -> str:
+    """What pack(src, out, options) raised, `expected`, the pid `victim` SIGKILLed as its first
+    shard landed; no partial file left."""
+    import threading
+
+    journal = out / ".shardpack.journal"
+
+    def kill_after_the_first_shard() -> None:
+        wait_for(lambda: journal.exists() and len(journal.read_text().splitlines()) >= 2)
+        os.kill(victim, signal.SIGKILL)
+
+    threading.Thread(target=kill_after_the_first_shard, daemon=True).start()
+    with pytest.raises(expected) as stop:
+        pack(src, out, options)
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".") and "partial" in p.name]
+    return str(stop.value)
+
+
+@pytest.fixture
+def slow_src(tmp_path: Path) -> Path:
+    """120 photo-sized images: a PNG shard of 20 takes a worker a while."""
+    src = tmp_path / "src"
+    for i in range(120):
+        write_image(src / f"c{i % 2}" / f"{i:04d}.jpg", image(i, 240, 320))
+    return src
+
+
+def test_a_shard_whose_workers_all_died_is_one_line_not_a_hang(slow_src: Path, tmp_path: Path):
     """A task the scheduler gave up on (its workers died: here the first, allowed-failures 0)
     hung joblib's dask backend for ever (a KilledWorker never reached its callback); and on a
     cluster of one thread joblib ran every shard in the client itself (n_jobs=1), so that the
     kill changed nothing."""
-    import threading
-
     from distributed import Client
 
     from shardpack.errors import WorkerDiedError
 
-    src = tmp_path / "src"
-    for i in range(120):
-        write_image(src / f"c{i % 2}" / f"{i:04d}.jpg", image(i, 240, 320))
-    out = tmp_path / "out"
-    journal = out / ".shardpack.journal"
-    gives_up = {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
-    with _cluster(env=gives_up) as address:
+    with _cluster(env={"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}) as address:
         with Client(address, timeout="30s") as client:
-            (pid,) = client.run(os.getpid).values()
-
-        def kill_after_the_first_shard() -> None:
-            wait_for(lambda: journal.exists() and len(journal.read_text().splitlines()) >= 2)
-            os.kill(pid, signal.SIGKILL)
-
-        threading.Thread(target=kill_after_the_first_shard, daemon=True).start()
-        with pytest.raises(WorkerDiedError) as died:
-            pack(src, out, PackOptions(encode="png", shards=6, backend="dask", scheduler=address))
-    said = str(died.value)
-    assert said.startswith(f"{address}: every Dask worker that ran {src.name}-train.") and (
+            (worker,) = client.run(os.getpid).values()
+        options = PackOptions(encode="png", shards=6, backend="dask", scheduler=address)
+        said = _stopped(slow_src, tmp_path / "out", options, worker, WorkerDiedError)
+    assert said.startswith(f"{address}: every Dask worker that ran {slow_src.name}-train.") and (
         "resume=True" in said
     ), said
-    assert not list(out.glob(".*partial*"))
+
+
+@pytest.mark.long  # seconds of waiting: the client tries to reconnect for 10 s
+def test_a_lost_scheduler_is_one_line(slow_src: Path, tmp_path: Path):
+    """It was a FutureCancelledError traceback, exit code 1."""
+    from distributed import Client
+
+    with _cluster() as address:
+        with Client(address, timeout="30s") as client:
+            scheduler = client.run_on_scheduler(os.getpid)
+        options = PackOptions(encode="png", shards=6, backend="dask", scheduler=address)
+        said = _stopped(slow_src, tmp_path / "out", options, scheduler, ClusterError)
+    assert said.startswith(f"{address}: the Dask cluster lost its scheduler writing ") and (
+        "resume=True" in said
+    ), said
 
 
 def test_a_scheduler_without_workers_is_one_line(tmp_path: Path, monkeypatch):
