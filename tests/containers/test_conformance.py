@@ -191,6 +191,32 @@ def test_a_tfrecord_first_record_reads_the_shards_head_only(tmp_path):
     assert container.first_record(*at(path), compression="gzip") == _as_read(_records()[0])
 
 
+def test_a_compressed_array_record_is_read_a_record_at_a_time(tmp_path):
+    """A zstd ArrayRecord (TFDS's kind) of 8 records of 8 MiB of zeros is a file of 128 KiB:
+    read 256 records at a time, all 64 MiB were held at once (8 of 128 MiB: 2.9 GB); each
+    record is refused alone, no more than one held."""
+    import tracemalloc
+
+    from array_record.python import array_record_module
+
+    path = tmp_path / get_container("array_record").shard_name("ds", "train", 0, 1)
+    writer = array_record_module.ArrayRecordWriter(str(path), "group_size:1,zstd")
+    for _ in range(8):
+        writer.write(bytes(8 << 20))
+    writer.close()
+    assert path.stat().st_size <= 128 << 10
+    tracemalloc.start()
+    try:
+        read = list(get_container("array_record").iter_records(*at(path)))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [str(fault) for _, fault in read] == [
+        f"{path} at record {i}: not a tf.train.Example (a field numbered 0)" for i in range(8)
+    ]
+    assert peak < 20 << 20, peak  # one record of 8 MiB (and its copy), not 8
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_check_names_a_truncated_file(tmp_path, name):
     container = get_container(name)
