@@ -25,6 +25,7 @@ from itertools import chain, count, repeat
 
 from shardpack.containers import CONTAINERS, is_shard_name
 from shardpack.errors import (
+    RESTORE_SHARD,
     IndexFormatError,
     Option,
     OutputError,
@@ -535,8 +536,9 @@ def _first_records(
         try:
             example = old.container.first_record(out, shard.file, old.compression,
                                                  shard.num_bytes)  # fmt: skip
-        except RecordError as e:
-            raise OutputError(f"{e}; restore it, or ", *_REPACK) from None
+        except RecordError as e:  # its mend, said as a grow's
+            said = str(e).replace(f"; {RESTORE_SHARD}", "")
+            raise OutputError(f"{said}; restore it from a copy, or ", *_REPACK) from None
         return None if example is None else example.get("key", [None])[0]
 
     with ThreadPoolExecutor(max(1, min(threads, len(shards)))) as pool:

@@ -865,6 +865,11 @@ def test_a_shard_another_pack_wrote_in_its_place_is_refused_before_a_grow(tmp_pa
     (out / "contents.json").write_text(json.dumps(contents))
     run = _cli("pack", str(src), str(out), grow, "--workers", "1")
     _one_line_error(run, "where contents.json lists 'cat/ghost.jpg'")
+    shard.write_bytes(b"X" + ours[1:])  # a damaged head: the grow's mend, said once
+    run = _cli("pack", str(src), str(out), grow, "--workers", "1")
+    _one_line_error(run, f"{shard} at byte 0: bad tar header (bad checksum); restore it from a "
+                    "copy, or repack with --overwrite")  # fmt: skip
+    assert "pack again" not in run.stderr
 
 
 # ---- a grow takes no looser limit and no read location from OUT's files ---------------------
