@@ -7,18 +7,25 @@ shardpack/__main__.py itself runs in the child (its CPU sample, its collector's 
 the rest of shardpack is imported there as a fresh run imports it. numpy, OpenCV and joblib
 read nothing of a run as they are imported (OpenBLAS's threads aside: see _BLAS).
 
+A run whose environment names an S3 endpoint (AWS_ENDPOINT_URL, as tests/s3server.py's does) is
+forked from a second server that has imported s3fs too (~0.4 s of CPU a run saved); not every
+run is, as a child of a larger server pays more for its interpreter's teardown (~25 ms a run).
+s3fs and what it loads (fsspec, aiohttp, botocore) read a few variables as they are imported
+(_AT_IMPORT): a run whose environment differs from its server's there starts fresh.
+
 Not for a run that is about its start: what it imports (or a package made missing before it
 does), a signal as it starts, or a worker count the cost model picks (packing/cpuload measures
 others' load over the start-up, which a fork does not have). Those keep a fresh interpreter.
 
-One server a test process, started at its first run, reaped at its exit; a run at a time (one
-asked for while another runs starts a fresh interpreter: see start).
+A server of each kind a test process, started at its first run, reaped at its exit; a run at a
+time of either (one asked for while another runs starts a fresh interpreter: see start).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -35,9 +42,15 @@ from tests.helpers import die_with_parent
 
 # Imported before the first fork. OpenBLAS sizes its threads at numpy's import: the server sets
 # what shardpack/__main__.py sets first, and hands a run whose environment says otherwise to a
-# fresh interpreter (as it does one whose PYTHON* variables differ from the server's).
+# fresh interpreter (as it does one whose _AT_IMPORT variables differ from the server's).
 PRELOADED = ("numpy", "cv2", "joblib", "shardpack.cli")
+S3_PRELOADED = (*PRELOADED, "s3fs")
 _BLAS = {"OPENBLAS_NUM_THREADS": "1"}
+# What those imports read of the environment (besides _BLAS): Python's own variables, fsspec's
+# configuration (FSSPEC_*, its folder under HOME), s3fs's log level, and aiohttp's and its
+# helpers' switches for their compiled parts.
+_AT_IMPORT = ("PYTHON", "FSSPEC_", "AIOHTTP_", "S3FS_", "WRAPT_", "HOME")
+_AT_IMPORT_SUFFIX = "_NO_EXTENSIONS"
 _SERVE = """
 import gc, importlib, json, os, resource, socket, sys
 os.environ.update(json.loads(sys.argv[2]))
@@ -78,30 +91,33 @@ del socket, sys, target
 globals().pop("status", None)  # the run before's
 exec(compile(globals().pop("_code"), "<string>", "exec"))
 """
-_server: list = []  # [Popen, socket, its PYTHON* variables] of this process's server
+_servers: dict[tuple[str, ...], list] = {}  # what it imported -> [Popen, socket, its
+# _AT_IMPORT variables]: this process's servers
 _ids = count()
 _running: list = []  # the last Forked started: the server forks no other run till it ends
 
 
-def _python_variables(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith("PYTHON")}
+def _read_at_import(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items()
+            if k.startswith(_AT_IMPORT) or k.endswith(_AT_IMPORT_SUFFIX)}  # fmt: skip
 
 
-def _started() -> list:
-    """The connection to this process's server, started if there is none (or it ended)."""
-    if _server and _server[0].poll() is None:
-        return _server
+def _started(preloaded: tuple[str, ...]) -> list:
+    """The connection to this process's server of `preloaded`, started if there is none (or
+    it ended)."""
+    if (server := _servers.get(preloaded)) and server[0].poll() is None:
+        return server
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     server = subprocess.Popen(
-        [sys.executable, "-c", _SERVE, json.dumps(PRELOADED), json.dumps(_BLAS),
+        [sys.executable, "-c", _SERVE, json.dumps(preloaded), json.dumps(_BLAS),
          str(theirs.fileno())],
         pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         preexec_fn=die_with_parent,
     )  # fmt: skip
     theirs.close()
-    _server[:] = [server, ours, _python_variables(os.environ)]
+    _servers[preloaded] = [server, ours, _read_at_import(os.environ)]
     atexit.register(_stop, server, ours)
-    return _server
+    return _servers[preloaded]
 
 
 def _stop(server: subprocess.Popen, channel: socket.socket) -> None:
@@ -131,8 +147,9 @@ class Forked:
         start_new_session: bool = False,
     ):
         env = dict(os.environ if env is None else env)
-        _, self._channel, python = _started()
-        if _python_variables(env) != python or any(env.get(k, v) != v for k, v in _BLAS.items()):
+        s3 = "AWS_ENDPOINT_URL" in env and importlib.util.find_spec("s3fs") is not None
+        _, self._channel, imported = _started(S3_PRELOADED if s3 else PRELOADED)
+        if _read_at_import(env) != imported or any(env.get(k, v) != v for k, v in _BLAS.items()):
             raise NotImplementedError("an environment the server was not started with")
         if any(run.poll() is None for run in _running):  # the server waits for it to end
             raise NotImplementedError("a run while another is running")

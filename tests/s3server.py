@@ -13,15 +13,14 @@ What s3fs 2026.9 does against moto 5.2 server (tests/storage/test_remote.py reli
   the refusal comes at CompleteMultipartUpload, and s3fs leaves that upload open.
 - moto reports every upload's `Initiated` as 2010-11-10: a stale upload cannot be told by age.
 
-`start_server(log, latency=S)` runs moto's app behind `_Slowed` instead (`python -m
-tests.s3server`): each GET of an object answers S seconds late, as a remote store's round trip
-would, and the server counts the GETs and the most in flight at once (`gets(endpoint)`); one
-object can be held back until other GETs have been answered (`hold(endpoint, ...)`).
+`start_server(log, latency=S)` runs moto's app behind `tests.motoserve._Slowed`: each GET of an
+object answers S seconds late, as a remote store's round trip would, and the server counts the
+GETs and the most in flight at once (`gets(endpoint)`); one object can be held back until other
+GETs have been answered (`hold(endpoint, ...)`).
 """
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import os
@@ -29,7 +28,6 @@ import re
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -89,13 +87,13 @@ def _answers(port: int) -> bool:
 def start_server(
     log: Path, timeout: float = 30, latency: float | None = None
 ) -> tuple[subprocess.Popen, str]:
-    """Start `python -m moto.server` on a free loopback port (with `latency`, moto's app behind
-    `_Slowed`); return it and its endpoint URL."""
+    """Start moto's server (`python -m tests.motoserve`) on a free loopback port (with
+    `latency`, its app behind `_Slowed`); return it and its endpoint URL."""
     for _ in range(3):  # another process may take the free port before the server binds it
         port = _free_port()
-        argv = ["-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+        argv = ["-m", "tests.motoserve", "--port", str(port)]
         if latency is not None:
-            argv = ["-m", "tests.s3server", "--port", str(port), "--latency", str(latency)]
+            argv += ["--latency", str(latency)]
         with open(log, "ab") as sink:
             server = subprocess.Popen(
                 [sys.executable, *argv], stdout=sink, stderr=subprocess.STDOUT,
@@ -129,7 +127,7 @@ class Bucket:
     name: str
     endpoint: str
     env: dict[str, str]  # what a process needs to reach the server (already in os.environ)
-    fs: object  # s3fs.S3FileSystem
+    fs: object  # s3fs.S3FileSystem, without caches (the session's: shared by every test)
     log: Path  # the server's log: a line per request
 
     def fetched(self, prefix: str = "") -> list[str]:
@@ -194,6 +192,10 @@ def s3_server(tmp_path_factory) -> Iterator[str]:
 
 
 _count = iter(range(1_000_000))
+# endpoint -> the tests' s3fs filesystem on it: one a session, as a new one's client loads
+# botocore's models again (~0.15 s of CPU); it keeps no listings, and nothing else a test
+# could see
+_filesystems: dict[str, object] = {}
 
 
 @pytest.fixture
@@ -209,69 +211,15 @@ def s3(s3_server: str, request, monkeypatch, tmp_path_factory) -> Iterator[Bucke
         monkeypatch.setenv(name, value)
     slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")
     name = f"t{next(_count)}-{slug}"[:63].rstrip("-")
-    fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False)
+    if s3_server not in _filesystems:  # made with the environment above, the same each test
+        _filesystems[s3_server] = s3fs.S3FileSystem(skip_instance_cache=True,
+                                                    use_listings_cache=False)  # fmt: skip
+    fs = _filesystems[s3_server]
     fs.mkdir(name)
     try:
         yield Bucket(name, s3_server, env, fs, _LOGS[s3_server])
     finally:
         reset(s3_server)
-
-
-class _Slowed:
-    """moto's WSGI app with each GET of an object (a path /bucket/key, no query: not a listing)
-    answered `latency` seconds late, the GETs counted and the most in flight at once kept;
-    GET /_gets answers them as JSON ({"gets", "most", "held"}), POST /_gets sets them back to 0.
-    POST /_hold?path=/bucket/key&until=N holds that object's next GET until N other GETs have
-    been answered since it came (HOLD_S at most); "held" is then how many were, or None where
-    HOLD_S ran out first."""
-
-    HOLD_S = 10.0
-
-    def __init__(self, app, latency: float) -> None:
-        self.app, self.latency = app, latency
-        self._lock = threading.Condition()
-        self.gets = self.active = self.most = self.answered = 0
-        self.hold: tuple[str, int] | None = None  # (path, GETs answered that release it)
-        self.held: int | None = None  # GETs answered while the held one waited
-
-    def __call__(self, environ, start_response):
-        path, method = environ.get("PATH_INFO", ""), environ["REQUEST_METHOD"]
-        if path in ("/_gets", "/_hold"):
-            with self._lock:
-                if path == "/_hold":
-                    asked = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&"))
-                    self.hold, self.held = (asked["path"], int(asked["until"])), None
-                elif method == "POST":
-                    self.gets = self.most = 0
-                body = json.dumps({"gets": self.gets, "most": self.most,
-                                   "held": self.held}).encode()  # fmt: skip
-            start_response("200 OK", [("Content-Type", "application/json"),
-                                      ("Content-Length", str(len(body)))])  # fmt: skip
-            return [body]
-        if not (method == "GET" and path.count("/") >= 2 and not environ.get("QUERY_STRING")
-                and not path.startswith("/moto-api/")):  # fmt: skip
-            return self.app(environ, start_response)
-        with self._lock:
-            self.gets += 1
-            self.active += 1
-            self.most = max(self.most, self.active)
-            held = self.hold if self.hold is not None and self.hold[0] == path else None
-            since = self.answered
-            if held is not None:
-                self.hold = None
-        try:
-            time.sleep(self.latency)
-            if held is not None:
-                with self._lock:
-                    released = self._lock.wait_for(lambda: self.answered - since >= held[1],
-                                                   self.HOLD_S)  # fmt: skip
-                    self.held = self.answered - since if released else None
-            return list(self.app(environ, start_response))  # answered whole while counted
-        finally:
-            with self._lock:
-                self.active -= 1
-                self.answered += 1
-                self._lock.notify_all()
 
 
 def gets(endpoint: str, reset: bool = False) -> dict[str, int]:
@@ -301,21 +249,3 @@ def hold(endpoint: str, path: str, until: int) -> None:
         connection.getresponse().read()
     finally:
         connection.close()
-
-
-def _serve_slowed(argv: list[str] | None = None) -> None:
-    """moto's server (as `python -m moto.server` runs it) with its app behind _Slowed."""
-    from moto.server import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
-    from werkzeug.serving import run_simple
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--latency", type=float, required=True)
-    args = parser.parse_args(argv)
-    os.environ.setdefault("MOTO_PORT", str(args.port))
-    app = _Slowed(DomainDispatcherApplication(create_backend_app), args.latency)
-    run_simple("127.0.0.1", args.port, app, threaded=True, request_handler=MotoRequestHandler)
-
-
-if __name__ == "__main__":
-    _serve_slowed()

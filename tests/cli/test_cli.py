@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from shardpack.cli import app
 from shardpack.layout import LOCK_NAME
+from tests import forkserver
 from tests.helpers import (
     cli,
     drop_permission_override,
@@ -115,9 +116,11 @@ def test_json_output_is_utf8_that_gives_back_a_name_of_undecodable_bytes(tmp_pat
     name = os.fsdecode(b"caf\xe9.jpg")
     (src / "a" / name).write_bytes(b"not an image")
     args = ["pack", str(src), str(tmp_path / "out"), "--json", "--workers", "1", "--no-progress"]
-    run = subprocess.run([*SHARDPACK, *args], capture_output=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    (skipped,) = json.loads(run.stdout.decode("utf-8"))["skipped_items"]
+    run = forkserver.start(forkserver.SHARDPACK, *args)
+    stdout = run.stdout.buffer.read()  # the bytes written, not text decoded on the way
+    stderr = run.communicate(timeout=120)[1]
+    assert run.returncode == 0, stderr
+    (skipped,) = json.loads(stdout.decode("utf-8"))["skipped_items"]
     assert os.fsencode(skipped["key"]) == b"a/caf\xe9.jpg"
 
 
@@ -259,10 +262,10 @@ def test_a_closed_output_pipe_is_exit_141_and_silent(src: Path, tmp_path: Path):
     out = tmp_path / "out"
     assert _run("pack", str(src), str(out), "--no-progress").returncode == 0
     for args in (["inspect", str(out)], ["verify", str(out)]):  # as `shardpack ... | head -0`
-        run = subprocess.Popen([*SHARDPACK, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        run = forkserver.start(forkserver.SHARDPACK, *args)
         run.stdout.close()  # before the command has started: its first write meets EPIPE
         stderr = run.communicate(timeout=120)[1]
-        assert (run.returncode, stderr) == (141, b""), stderr
+        assert (run.returncode, stderr) == (141, ""), stderr
 
 
 def test_a_closed_pipe_of_both_streams_is_exit_141(tmp_path: Path):
@@ -775,8 +778,7 @@ def test_without_a_terminal_progress_comes_as_lines(tmp_path: Path):
     for i in range(100):
         write_image(src / f"c{i % 2}" / f"{i:03d}.jpg", image(i, height=48, width=64))
     out = tmp_path / "out"
-    argv = [*SHARDPACK, "pack", str(src), str(out), "--workers", "1"]
-    run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = forkserver.start(forkserver.SHARDPACK, "pack", str(src), str(out), "--workers", "1")
     wait_for(lambda: (out / LOCK_NAME).exists() or run.poll() is not None)
     run.send_signal(signal.SIGSTOP)
     time.sleep(1.2)
@@ -806,8 +808,7 @@ def test_a_progress_line_survives_a_decoder_holding_fd_2(tmp_path: Path):
         os.dup2(saved, 2)
         bar.close()
     """)
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60)  # fmt: skip
+    run = forkserver.run(code, timeout=60)
     assert run.returncode == 0, run.stderr
     assert _LINE.match(run.stderr.rstrip("\n")), run.stderr
 
@@ -834,8 +835,8 @@ def test_without_a_terminal_the_scan_reports_files_listed(tmp_path: Path):
         "s.EVERY = 10; c._BAR_DELAY_S = 0; c._LINE_EVERY_S = 0; "
         "from shardpack.cli import main; sys.argv = ['shardpack'] + sys.argv[1:]; main()"
     )
-    argv = [sys.executable, "-c", code, "pack", str(src), str(tmp_path / "out"), "--workers", "1"]
-    run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    run = forkserver.run(code, "pack", str(src), str(tmp_path / "out"), "--workers", "1",
+                         timeout=120)  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     scans = [line for line in run.stderr.splitlines() if line.startswith("scanning:")]
     counts = [int(re.fullmatch(r"scanning: ([\d,]+) files listed", line)[1]) for line in scans]

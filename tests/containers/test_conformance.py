@@ -302,10 +302,11 @@ from tests.containers.test_conformance import _records
 container, folder = get_container(sys.argv[1]), sys.argv[2]
 resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))  # Python ignores SIGXFSZ: EFBIG
 path = os.path.join(folder, container.shard_name("ds", "train", 0, 1))
+record = _records()[0]
 try:
     with container.writer(path) as writer:
         for _ in range(300):
-            writer.write(_records()[0])
+            writer.write(record)
 except OutputError as e:
     print(e)
 """

@@ -24,6 +24,7 @@ from shardpack.packing.cluster import ClusterError
 from shardpack.packing.packer import pack
 from tests import forkserver
 from tests.helpers import (
+    cli,
     image,
     make_tree,
     needs,
@@ -126,8 +127,12 @@ def _cluster(*worker_args: str, env: dict[str, str] | None = None) -> Iterator[s
     procs = [subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port),
                                "--no-dashboard"], stderr=subprocess.DEVNULL,
                               env={**os.environ, **(env or {})})]  # fmt: skip
+    # the nannies fork their workers (a worker spawned is a fresh interpreter importing Dask:
+    # ~1 s of CPU each start, restarts included); shardpack is first imported in the worker
+    forked = {**os.environ, "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD": "fork"}
     procs.append(subprocess.Popen([DASK, "worker", address, "--nthreads", "1", "--no-dashboard",
-                                   *worker_args], stderr=subprocess.DEVNULL))  # fmt: skip
+                                   *worker_args], stderr=subprocess.DEVNULL,
+                                  env=forked))  # fmt: skip
     from distributed import Client
 
     try:
@@ -163,11 +168,9 @@ def test_separate_scheduler_and_workers_match_local(job, scheduler: str, tmp_pat
     if fmt != options.format:
         pack(src, reference, replace(options, format=fmt))
     out = tmp_path / fmt
-    result = subprocess.run(
-        [sys.executable, "-m", "shardpack", "pack", str(src), str(out), "--encode", "jpeg",
-         "--shards", "6", "--workers", "2", "--backend", "dask", "--scheduler", scheduler,
-         "--format", fmt, "--no-progress"], capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    result = cli("pack", str(src), str(out), "--encode", "jpeg", "--shards", "6", "--workers", "2",
+                 "--backend", "dask", "--scheduler", scheduler, "--format", fmt, "--no-progress",
+                 timeout=300)  # fmt: skip
     assert result.returncode == 0, result.stderr
     _same(out, reference)
 
@@ -236,7 +239,6 @@ def test_workers_without_the_clients_disk_pack_s3_to_s3(job, s3, tmp_path_factor
 
 def test_a_worker_killed_mid_shard_is_retried_and_output_is_intact(scheduler, tmp_path: Path):
     """On Dask a lost worker's task runs again elsewhere: the run completes, byte-identical."""
-    import os
     import signal
 
     from distributed import Client
@@ -248,8 +250,8 @@ def test_a_worker_killed_mid_shard_is_retried_and_output_is_intact(scheduler, tm
         write_image(src / f"c{i % 3}" / f"{i:04d}.jpg", image(i, height=120, width=160))
     args = ["--encode", "png", "--shards", "8", "--workers", "2", "--no-progress"]
     local = tmp_path / "local"
-    subprocess.run([sys.executable, "-m", "shardpack", "pack", str(src), str(local), *args],
-                   check=True, capture_output=True)  # fmt: skip
+    reference = run_cli("pack", str(src), str(local), *args)
+    assert reference.returncode == 0, reference.stderr
     with Client(scheduler, timeout="30s") as client:
         pids = sorted(client.run(os.getpid).values())
     out = tmp_path / "dask"

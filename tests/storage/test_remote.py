@@ -771,8 +771,7 @@ def test_readers_the_credentials_cannot_read_name_the_credentials(local, guarded
     assert run.returncode == 2
     assert _one_line(run.stderr) == f"error: {said}"
     code = "import shardpack, sys\nnext(shardpack.iter_examples(sys.argv[1]))"
-    run = subprocess.run([sys.executable, "-c", code, out], capture_output=True, text=True,
-                         timeout=120, env=wrong)  # fmt: skip
+    run = forkserver.run(code, out, timeout=120, env=wrong)
     assert run.returncode == 1
     assert run.stderr.strip().splitlines()[-1] == f"shardpack.errors.FileAccessError: {said}"
 
