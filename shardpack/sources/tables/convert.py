@@ -152,8 +152,10 @@ def _labelled(rows: list[Row], first: int, label: object) -> str:
     there = rows[bisect.bisect_left(rows, first, key=operator.itemgetter(0))].label
     if label is None or there == label:
         return ""
-    return (f", labelled {describe(there)} there and {describe(label)} here: for an image of "
-            "several labels, one row with a list of them (JSONL or Parquet)")
+    return (
+        f", labelled {describe(there)} there and {describe(label)} here: for an image of "
+        "several labels, one row with a list of them (JSONL or Parquet)"
+    )
 
 
 def _each(values: Sequence, convert, cached: bool = False) -> tuple[list, dict[int, str]]:
