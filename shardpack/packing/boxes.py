@@ -27,9 +27,8 @@ from shardpack.errors import ImageError, Option, ShardpackError
 from shardpack.index import Index
 from shardpack.options import DEFAULT_MAX_PIXELS, PackOptions, box_column
 from shardpack.packing import masks
-from shardpack.packing.objects import is_mask
 from shardpack.packing.tfdsmeta import is_box
-from shardpack.schema import BOX_REACH, Feature, Schema
+from shardpack.schema import BOX_REACH, Feature, Schema, is_mask
 
 # The last part of a feature's name that says it holds geometry of the image: a transform must
 # move it or the run is refused. Boxes under tfdsmeta.BOX_NAMES (float32 rows of 4) are moved.
