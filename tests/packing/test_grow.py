@@ -60,7 +60,8 @@ def _files(out: Path) -> dict[str, bytes]:
 def test_append_after_a_rename_says_the_image_is_held_twice(tmp_path: Path):
     """cat/img_000.jpg renamed img_new.jpg, then --append: its old record stays and the new
     name is packed, the image held twice; the note said only '1 vanished item left as
-    packed', and index.json counts no copy (the held one's bytes are not read again)."""
+    packed', and index.json counted no copy (the held one's bytes are not read again: now
+    contents.json's digest of them knows it)."""
     src = make_tree(tmp_path / "src", {"cat": 2})
     out = tmp_path / "out"
     pack(src, out, PackOptions(workers=1))
@@ -69,8 +70,30 @@ def test_append_after_a_rename_says_the_image_is_held_twice(tmp_path: Path):
     assert "its image is now held twice" in result.notes[0]
     images = [r["image"] for r in iter_examples(out, "train")]
     assert len(images) == 3 and len(set(images)) == 2
+    assert load_index(out).duplicates["listed"] == [["train/cat/img_000.jpg",
+                                                     "train/cat/img_new.jpg"]]  # fmt: skip
     (src / "cat" / "img_001.jpg").unlink()  # gone, nothing new: no word of a rename
     assert "renamed" not in pack(src, out, PackOptions(grow="append", workers=1)).notes[0]
+
+
+def test_append_with_dedup_exact_skips_a_renamed_file_as_a_copy_of_its_held_record(
+    tmp_path: Path,
+):
+    """A dataset packed with --dedup exact: a file renamed, then --append packed the new name,
+    the image held twice though --dedup exact drops copies. Now the held record is known by
+    its digest (no file of it is read: its name is gone) and the new name is skipped as its
+    duplicate, counted; nothing is written."""
+    src = make_tree(tmp_path / "src", {"cat": 2, "dog": 1})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, dedup="exact"))
+    before = shard_files(out)
+    (src / "cat" / "img_000.jpg").rename(src / "cat" / "moved.jpg")
+    result = pack(src, out, PackOptions(grow="append", workers=1, dedup="exact"))
+    index = load_index(out)
+    assert [(s.key, s.reason) for s in index.skipped] == [
+        ("cat/moved.jpg", "duplicate of train/cat/img_000.jpg")]  # fmt: skip
+    assert shard_files(out) == before and result.to_json()["records"] == 3
+    assert index.duplicates["removed"] == 1
 
 
 def test_append_adds_a_class_at_the_end_and_leaves_every_shard(tmp_path: Path):
@@ -86,7 +109,8 @@ def test_append_adds_a_class_at_the_end_and_leaves_every_shard(tmp_path: Path):
                            "shards_rewritten": 0}  # fmt: skip
     assert result.notes[0] == (
         "1 vanished item left as packed (a file renamed or moved in SRC is a vanished item and "
-        "a new one: its image is now held twice, which index.json's copies do not count); "
+        "a new one: its image is now held twice, one of index.json's copies; a dataset packed "
+        "with --dedup exact skips it); "
         "pack with --update to bring it in line"
     )  # one count, one item: not "0 changed and 1 ... items"
     after = shard_files(out)
