@@ -138,6 +138,9 @@ class Change:
     reread: frozenset[str] = frozenset()  # skipped when packed, their files changed: new again
     # key -> the stamp of each held item read, as listed before its read (stamps.with_listed)
     listed: dict[str, stamps.Stamp] = field(default_factory=dict)
+    # --append: items SRC lists under a new key that are held records it no longer lists (their
+    # bytes, label and fields): a file renamed or moved, a Hub dataset's rows as it re-shards
+    moved: int = 0
 
     def summary(self, mode: str, rewritten: int) -> dict[str, object]:
         """The run's counts, as the history and the summary give them: --append changes and
@@ -266,6 +269,7 @@ class GrowPack:
         self.held = self.held.without_skips(gone)
         self.contents = self.held.shards
         change = _compare(dataset, self.held, self.known, self.skips, options, self.workers)
+        change = _moved(dataset, change, self.contents, options, self.workers)
         self.stamped = dict(change.listed)  # what a worker notes of an item read before it
         # a skip read again is noted again by the shard that reads it (or none)
         self.held = self.held.without_skips(change.reread)
@@ -834,6 +838,40 @@ def _compare(
                   again, listed)  # fmt: skip
 
 
+def _moved(
+    dataset: Dataset, change: Change, contents: dict[str, Entry], options: PackOptions,
+    threads: int,
+) -> Change:  # fmt: skip
+    """--append: the change without the new items that are held records SRC no longer lists
+    by their key (a file renamed or moved; a Hub dataset whose Parquet files are renamed as it
+    grows, `train-00000-of-00001` to `-of-00002`, every row's key `file:row` new): an item of
+    the bytes (contents.json's digest) and the label and fields (meta) of such a record is it,
+    left as packed, not packed twice. Where a held record vanished, every new item is read
+    for it (on `threads` threads; its worker reads it again): SRC's new bytes, once more."""
+    if options.grow != "append" or not change.vanished or not any(change.new.values()):
+        return change
+    listed = {item.key for items in dataset.splits.values() for item in items}
+    gone: Counter[tuple] = Counter()  # (crc, size, digest, meta) of the records SRC lost
+    for key, (file, i, size, said) in change.held.items():
+        if key not in listed and said is not None and (digest := contents[file]["digest"][i]):
+            gone[contents[file]["crc"][i], size, digest, said] += 1
+    if not gone:  # packed before contents.json noted digests: nothing to know them by
+        return change
+    new = [(split, item) for split, items in change.new.items() for item in items]
+    found = set()
+    for (_, item), key in zip(new, content_keys(new, dataset, options, threads), strict=True):
+        alike = (key.crc, key.size, key.digest.hex() if key.digest else "", meta(item))
+        if gone[alike] > 0:
+            gone[alike] -= 1
+            found.add(item.key)
+    if not found:
+        return change
+    kept = {split: [item for item in items if item.key not in found]
+            for split, items in change.new.items()}  # fmt: skip
+    return replace(change, new={split: items for split, items in kept.items() if items},
+                   vanished=change.vanished - len(found), moved=len(found))  # fmt: skip
+
+
 def _reread(
     tried: list[tuple[str, Item]], skips: dict[str, tuple[int, int]], dataset: Dataset
 ) -> list[tuple[str, Item]]:
@@ -1298,6 +1336,11 @@ def _said(change: Change, mode: str, copies: Copies | None) -> tuple[str, ...]:
                  if change.vanished and any(change.new.values()) else "")  # fmt: skip
         said.append(f"{' and '.join(kinds)} left as packed{moved}; pack with --update to bring "
                     f"{'it' if changed + change.vanished == 1 else 'them'} in line")  # fmt: skip
+    if mode == "append" and change.moved:
+        said.append(f"{plural(change.moved, 'item')} SRC lists under a new name (a file renamed "
+                    "or moved, Parquet files renamed as a Hub dataset grows) held already: the "
+                    "same bytes, label and fields as a record whose name it no longer lists, "
+                    "left as packed under that name")  # fmt: skip
     if copies is not None:
         said += duplicates.crowded_warning(copies.crowded)
     if copies is not None and copies.yielded:
