@@ -37,7 +37,6 @@ from shardpack.sources.classlist import check_class_count, check_class_name
 from shardpack.sources.folder import IMAGE_EXTENSIONS, few, folder_entries
 from shardpack.sources.nearmisses import pinned_apart
 from shardpack.sources.source import NO_FIELDS, Dataset, Item, RowFields, Source
-from shardpack.sources.tables.columns import NoImageColumn
 from shardpack.sources.tables.files import (
     METADATA_FILES,
     SUFFIXES,
@@ -572,6 +571,7 @@ def _file_near(key: str, suffix: str | None, base: str, *, as_is: bool = False) 
 def _read_table(manifest: Storage, options: PackOptions, storage_options) -> Manifest:
     """read_manifest of one manifest with the options; where it has no image column, the
     column whose first value names an image under its folder (or --root) is said to pass."""
+    from shardpack.sources.tables.columns import NoImageColumn  # a folder's pack reads none
     from shardpack.sources.tables.reader import read_manifest  # numpy: not for pack --help
 
     try:
