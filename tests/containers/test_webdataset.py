@@ -97,6 +97,22 @@ def test_a_pack_of_jpegs_and_pngs_kept_says_datasets_misreads_its_samples(tmp_pa
     assert said("png", encode="png") == said("tfrecord", format="tfrecord") == []
 
 
+def test_only_bytes_no_member_takes_are_said_to_ride_in_the_json():
+    """A feature of bytes that are no text is a member (`mask`, `objects/mask`); a list of them,
+    or a name a member cannot take, stays in the .json as \\udcXX escapes: that alone is
+    warned of (every one was, as datasets refused them all)."""
+    from shardpack.containers.webdataset import bytes_members
+    from shardpack.schema import Feature, Schema
+
+    blob = Feature("bytes")
+    crops, caption = Feature("bytes", (-1,)), Feature("bytes", text=True)
+    schema = Schema.build(extra={"mask": blob, "objects/mask": blob, "crops": crops, "a b": blob,
+                                 "caption": caption})  # fmt: skip
+    assert bytes_members(schema) == {"mask": "mask.bin", "objects/mask": "objects.mask.bin"}
+    (line,) = get_container("webdataset").naming_notes("shardpack", schema, ["png"])
+    assert line.startswith("its samples' .json holds 'crops', 'a b', bytes that are no text")
+
+
 def test_a_mask_is_a_member_of_its_own_that_datasets_and_webdataset_read(tmp_path):
     """A COCO pack's `mask` PNG rode in each .json as \\udcXX escapes (\\udc89PNG...):
     datasets.load_dataset(OUT) stopped in a traceback (pyarrow: 'surrogates not allowed'). Now
