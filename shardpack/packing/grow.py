@@ -846,8 +846,9 @@ def _moved(
     by their key (a file renamed or moved; a Hub dataset whose Parquet files are renamed as it
     grows, `train-00000-of-00001` to `-of-00002`, every row's key `file:row` new): an item of
     the bytes (contents.json's digest) and the label and fields (meta) of such a record is it,
-    left as packed, not packed twice. Where a held record vanished, every new item is read
-    for it (on `threads` threads; its worker reads it again): SRC's new bytes, once more."""
+    left as packed, not packed twice. Where a held record vanished, each new item is read for
+    it (on `threads` threads; its worker reads it again), but a whole file whose stat gives
+    another size than every such record's: a table's new rows, once more."""
     if options.grow != "append" or not change.vanished or not any(change.new.values()):
         return change
     listed = {item.key for items in dataset.splits.values() for item in items}
@@ -858,6 +859,10 @@ def _moved(
     if not gone:  # packed before contents.json noted digests: nothing to know them by
         return change
     new = [(split, item) for split, items in change.new.items() for item in items]
+    # a whole file of another size than every lost record's is none of them: not read
+    sizes = {size for _, size, _, _ in gone}
+    now = stamps.take_stamps(dataset.source, dataset.root, (item for _, item in new))
+    new = [entry for entry, stamp in zip(new, now, strict=True) if not stamp or stamp[0] in sizes]
     found = set()
     for (_, item), key in zip(new, content_keys(new, dataset, options, threads), strict=True):
         alike = (key.crc, key.size, key.digest.hex() if key.digest else "", meta(item))
