@@ -15,10 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-import numpy as np
-
 from shardpack.errors import Option, OutputError
-from shardpack.index import MAX_COUNT, Index, ShardInfo
+from shardpack.index import MAX_COUNT, Index, ShardInfo, json_values
 from shardpack.layout import CONTENTS_NAME, INDEX_NAME
 from shardpack.schema import LABEL
 from shardpack.storage import Storage
@@ -38,10 +36,6 @@ VALUES_PER_SHARD = 256
 # names each such record once a reason (a split's summary, the first few: packing/stats.py).
 DROPPED_IN = "boxes_dropped_in"
 
-# What values() keeps of a planted file (quotes and what it counts), and reads at a time.
-_UNCOUNTED = bytes(set(range(256)) - set(b'",[{'))
-_QUOTE = ord('"')
-_CHUNK = 16 << 20
 # The most each record's CRC-32C and sizes may be: a grow finds copies by them as uint32 and
 # bytes (packing/duplicates.py) and sums them in index.json's summaries, sides as uint32 and
 # bytes as index.json's counts (packing/stats.py); past them, planted.
@@ -105,27 +99,6 @@ class Contents:
 DIGESTED = 1 << 62
 
 
-def values(text: bytes, limit: int) -> int:
-    """How many JSON values `text` holds at least: its `,`, `[` and `{` outside strings (exact
-    only once the quick count, strings included, passes `limit`). Past it, the escapes go
-    and every byte but quotes and those three, and what is left is read a chunk at a time: a
-    byte is in a string after an odd count of quotes (a regex substitution over a planted
-    file took 4x its size in small objects)."""
-    rough = text.count(b",") + text.count(b"[") + text.count(b"{")
-    if rough <= limit:
-        return rough
-    plain = text.replace(b"\\\\", b"").replace(b'\\"', b"")  # no quote inside a string now
-    kept = plain.translate(None, _UNCOUNTED)
-    found, quotes = 0, 0  # quotes before the chunk
-    for start in range(0, len(kept), _CHUNK):
-        chunk = np.frombuffer(kept, np.uint8, min(_CHUNK, len(kept) - start), start)
-        quote = chunk == _QUOTE
-        inside = (np.cumsum(quote, dtype=np.uint8) + quotes) & 1  # mod 256 keeps the parity
-        found += int(np.count_nonzero(~quote & (inside == 0)))
-        quotes = (quotes + int(np.count_nonzero(quote))) & 1
-    return found
-
-
 def load_contents(out: Storage, index: Index) -> Contents:
     """The entry of every shard `index` lists, checked against it, and the loose skips.
 
@@ -144,7 +117,7 @@ def load_contents(out: Storage, index: Index) -> Contents:
             if blob.size > MAX_CONTENTS_BYTES:
                 raise OutputError(f"{path}: over {MAX_CONTENTS_BYTES:,} bytes; ", *fix)
             text = blob.pread(blob.size, 0)
-        if (found := values(text, limit)) > limit:  # each value a Python object: refused unread
+        if (found := json_values(text, limit)) > limit:  # each a Python object: refused unread
             raise OutputError(f"{path}: {found:,} values, over the {limit:,} that the "
                               f"index's {items:,} items, {len(shards):,} shards and "
                               f"{len(index.classes):,} classes allow; ",

@@ -115,6 +115,8 @@ def python_value(value: object) -> object:
 SKIP_HINT = ("pass ", Option("on_error", "skip"), " to leave it out")
 # What a failed run's message says before resume: ShardpackError.without_resume looks for it
 RERUN = "rerun with "
+# The way on after a run stopped with shards written: a message's last clause.
+RESUME_KEEPS = (RERUN, Option("resume", True), " to keep the shards already finished")
 
 
 # A reason that names its own fix says it as a clause of its own that begins with a flag or
@@ -298,10 +300,8 @@ class OutputError(ShardpackError):
     def writing(cls, path: str, error: OSError) -> OutputError:
         """A one-line error for a failed write of a pack run, naming the path and what to do."""
         return cls(
-            f"{path}: cannot write ({error.strerror or error}); {os_error_fix(error)}, then "
-            f"{RERUN}",
-            Option("resume", True),
-            " to keep the shards already finished",
+            f"{path}: cannot write ({error.strerror or error}); {os_error_fix(error)}, then ",
+            *RESUME_KEEPS,
         )
 
 

@@ -29,6 +29,10 @@ MAX_INDEX_BYTES = 1 << 30
 # The most lists and objects an index.json may hold (json makes each a Python object of ~60
 # bytes and more): a shard is two, a skipped file one; a million shards fit twice over.
 MAX_INDEX_CONTAINERS = 5_000_000
+# The most values (numbers, strings, lists, objects: json_values) it may hold: a shard is six, a
+# class about three a split; a million shards and a million classes in three splits fit twice
+# over. Past it, planted: 100 MB of two-letter strings was 1.6 GB once parsed (20M of them).
+MAX_INDEX_VALUES = 32_000_000
 # The skipped items pack names in index.json (as the sources name the first ignored files),
 # each key and reason cut to MAX_SKIPPED_TEXT characters: `num_skipped` counts them all.
 MAX_NAMED_SKIPPED = 1000
@@ -41,6 +45,10 @@ MAX_LOOKED_FOR_PACKS = 1000
 # refuses a dataset one of whose splits holds no data); its summary says what was skipped.
 UNWRITTEN = "every image skipped, not written"
 # A JSON string with its escapes: what the count of lists and objects passes over.
+# What json_values() keeps of a planted file (quotes and what it counts), and reads at a time.
+_UNCOUNTED = bytes(set(range(256)) - set(b'",[{'))
+_QUOTE = ord('"')
+_CHUNK = 16 << 20
 _JSON_STRING = rb'"(?:[^"\\]++|\\.)*+"'  # matched with re.DOTALL
 # A \u escape of a lone surrogate but those of a file name's undecodable bytes (U+DC80 to
 # U+DCFF, Python's surrogateescape): no text, so no output (a report, --json, a grown index)
@@ -436,9 +444,8 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
         if is_machine_limit(e):  # the index is not at fault
             raise FileAccessError.from_os_error(e, path) from None
         raise IndexFormatError(f"{path}: unreadable ({e}); rerun pack to rewrite it") from None
-    if (containers := _containers(text)) > MAX_INDEX_CONTAINERS:  # each a Python object
-        raise IndexFormatError(f"{path}: unreadable ({containers:,} lists and objects, over "
-                               f"{MAX_INDEX_CONTAINERS:,}); rerun pack to rewrite it")  # fmt: skip
+    if (past := past_bounds(text)) is not None:
+        raise IndexFormatError(f"{path}: unreadable ({past}); rerun pack to rewrite it")
     if b"\\u" in text and (lone := re.search(_NO_NAME, text)):
         raise IndexFormatError(f"{path}: unreadable (a lone surrogate, {lone[1].decode()}, at "
                                f"byte {lone.start(1):,}); rerun pack to rewrite it")  # fmt: skip
@@ -447,6 +454,40 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
     except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply
         raise IndexFormatError(f"{path}: unreadable ({e}); rerun pack to rewrite it") from None
     return replace(index_from_document(storage, doc), loaded_as=seen)
+
+
+def json_values(text: bytes, limit: int) -> int:
+    """How many JSON values `text` holds at least: its `,`, `[` and `{` outside strings (exact
+    only once the quick count, strings included, passes `limit`). Past it, the escapes go
+    and every byte but quotes and those three, and what is left is read a chunk at a time: a
+    byte is in a string after an odd count of quotes (a regex substitution over a planted
+    file took 4x its size in small objects)."""
+    rough = text.count(b",") + text.count(b"[") + text.count(b"{")
+    if rough <= limit:
+        return rough
+    import numpy as np  # a planted file's count: `import shardpack` stays numpy-free
+
+    plain = text.replace(b"\\\\", b"").replace(b'\\"', b"")  # no quote inside a string now
+    kept = plain.translate(None, _UNCOUNTED)
+    found, quotes = 0, 0  # quotes before the chunk
+    for start in range(0, len(kept), _CHUNK):
+        chunk = np.frombuffer(kept, np.uint8, min(_CHUNK, len(kept) - start), start)
+        quote = chunk == _QUOTE
+        inside = (np.cumsum(quote, dtype=np.uint8) + quotes) & 1  # mod 256 keeps the parity
+        found += int(np.count_nonzero(~quote & (inside == 0)))
+        quotes = (quotes + int(np.count_nonzero(quote))) & 1
+    return found
+
+
+def past_bounds(text: bytes) -> str | None:
+    """What JSON `text` holds past what an index may (MAX_INDEX_CONTAINERS lists and objects,
+    MAX_INDEX_VALUES values: each a Python object once parsed), counted unparsed; None if
+    nothing."""
+    if (containers := _containers(text)) > MAX_INDEX_CONTAINERS:
+        return f"{containers:,} lists and objects, over {MAX_INDEX_CONTAINERS:,}"
+    if (found := json_values(text, MAX_INDEX_VALUES)) > MAX_INDEX_VALUES:
+        return f"{found:,} values, over {MAX_INDEX_VALUES:,}"
+    return None
 
 
 def _containers(text: bytes) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -145,6 +146,7 @@ class _Epochs(IterableDataset):
                     "persistent_workers=False"
                 )
             self._worker_ran = True
+            _check_loader_batch(self.batch_size, sys._getframe(1))
             items = worker_part(items, worker.id, worker.num_workers, self.batch_size)
             items = items[self._part[2] :] if self._part else items
         for record in self.read_all(items):
@@ -678,6 +680,28 @@ def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]
             f"world_size={world_size!r}{told}"
         )
     return rank, world_size
+
+
+def _check_loader_batch(batch_size: int, caller) -> None:
+    """Refuse a DataLoader whose batch size is not the dataset's, asked of the frame that takes
+    the first record in its worker: torch's fetcher, whose index list is a batch long (a
+    DataLoader shows its batch size to a dataset nowhere else). Another caller passes."""
+    for _ in range(3):  # the fetcher, or a generator or two of the caller's between
+        if caller is None:
+            return
+        fetcher, asked = caller.f_locals.get("self"), caller.f_locals.get("possibly_batched_index")
+        if caller.f_code.co_name == "fetch" and hasattr(fetcher, "auto_collation"):
+            loader = len(asked) if fetcher.auto_collation else 1
+            if loader != batch_size:
+                raise ShardpackError(
+                    f"the DataLoader's batch_size is {loader}, the dataset's {batch_size}: give "
+                    f"the dataset batch_size={loader} (1 for the DataLoader's batch_size=None); "
+                    "its workers take turns by the dataset's, so the DataLoader's batches would "
+                    "hold its records out of order, and a resume would read some twice and "
+                    "some never"
+                )
+            return
+        caller = caller.f_back
 
 
 def _distributed() -> bool:

@@ -100,8 +100,15 @@ for shuffle in (True, False):  # is the same every epoch
             persistent.append(len(list(loader)))
     except ShardpackError as e:
         persistent.append(str(e))
+batches = []  # a DataLoader's batch_size not the dataset's: refused in its workers (before:
+for mine, loaders in ((1, 4), (4, None), (1, None), (4, 4)):  # its batches out of order)
+    ds = ShardDataset(out, decode=False, batch_size=mine)
+    try:
+        batches.append(len(list(torch.utils.data.DataLoader(ds, loaders, num_workers=1))))
+    except ShardpackError as e:
+        batches.append(str(e))
 print(json.dumps({
-    "persistent": persistent,
+    "persistent": persistent, "batches": batches,
     "seed0": [keys(0, seed=0), keys(1, seed=0)], "again": [keys(0, seed=0), keys(1, seed=0)],
     "seed1": keys(0, seed=1), "plain": keys(5, shuffle=False), "block1": keys(0, shuffle_block=1),
     "hwc": [list(hwc["image"].shape), str(hwc["image"].dtype)],
@@ -156,6 +163,13 @@ def test_epochs_differ_and_repeat_with_the_seed(packs, shared_pack):
     assert first == 25 and plain == [25, 25]
     assert refused.startswith("a DataLoader with persistent_workers=True began another epoch")
     assert refused.endswith("build the DataLoader with persistent_workers=False")
+    assert got["batches"] == [*(
+        f"the DataLoader's batch_size is {loaders}, the dataset's {mine}: give the dataset "
+        f"batch_size={loaders} (1 for the DataLoader's batch_size=None); its workers take turns "
+        "by the dataset's, so the DataLoader's batches would hold its records out of order, and "
+        "a resume would read some twice and some never"
+        for mine, loaders in ((1, 4), (4, 1))
+    ), 25, 7]  # fmt: skip
 
 
 _RESUME = """

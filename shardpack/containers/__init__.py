@@ -443,6 +443,23 @@ class Container:
         """
         raise NotImplementedError
 
+    def first_record(
+        self, storage: Storage, name: str, compression: str = "none", num_bytes: int | None = None
+    ) -> Example | None:
+        """The shard's first record (None: it holds none), its framing checked as
+        iter_records checks it, reading no more of the shard than its head needs (what a grow
+        holds to contents.json of each shard it keeps unread).
+
+        Raises:
+            RecordError: the head's framing or record is broken; names the file.
+        """
+        records = self.iter_records(storage, name, compression, num_bytes=num_bytes)
+        try:
+            first = next(records, None)
+        finally:
+            records.close()  # type: ignore[attr-defined]  (a generator)
+        return None if first is None else checked(first[1])
+
     def iter_raw(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
         num_bytes: int | None = None,

@@ -27,6 +27,15 @@ FeatureValue = (
 # "Measurements behind the code").
 
 _TAG = {1: b"\x0a", 2: b"\x12", 3: b"\x1a"}  # fields 1-3, wire type 2 (length-delimited)
+# The numbers an Example of any layout may decode to (an Example of a million COCO boxes holds
+# ~8 million), and its other fields (its features, each a name and a list; bytes values; any
+# field numbered otherwise): past either, the bytes are a flood of tiny fields or values (a gzip or
+# zstd record of one 2-byte field repeated: a GiB walked at a third of a second a MiB, and as
+# many values held), refused as no Example.
+MAX_VALUES = 1 << 26
+MAX_FIELDS = 1 << 20
+_CONTINUED = bytes(range(0x80, 0x100))  # a varint's bytes but its last
+_FIELDS = 1  # a decode's budget[_FIELDS]: the fields left (MAX_FIELDS); budget[0]: the numbers
 _SMALL_VARINTS = [bytes((i,)) for i in range(128)]
 
 
@@ -222,17 +231,23 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("varint longer than ten bytes")
 
 
-def _fields(buf: memoryview) -> Iterator[tuple[int, int, memoryview | int]]:
+def _fields(buf: memoryview, budget: list[int]) -> Iterator[tuple[int, int, memoryview | int]]:
     """Yield (field number, wire type, payload) over one message; payloads are views, not
-    copies, so an image nested four messages deep is copied once."""
+    copies, so an image nested four messages deep is copied once. Each field yielded is taken
+    from budget[_FIELDS] (MAX_FIELDS a record)."""
     pos, end = 0, len(buf)
     while pos < end:
+        budget[_FIELDS] -= 1
+        if budget[_FIELDS] < 0:
+            raise ValueError(f"over {MAX_FIELDS:,} fields, more than any Example holds")
         key = buf[pos]  # one-byte varints (every key and most sizes of ours) read inline
         if key < 0x80:
             pos += 1
         else:
             key, pos = _read_varint(buf, pos)
         number, wire = key >> 3, key & 7
+        if not number:  # no field is numbered 0: protobuf's parsers refuse it (zeros read so)
+            raise ValueError("a field numbered 0")
         if wire == 0:
             value, pos = _read_varint(buf, pos)
             yield number, wire, value
@@ -259,9 +274,9 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _decode_list(kind: int, payload: memoryview) -> list:
+def _decode_list(kind: int, payload: memoryview, budget: list[int]) -> list:
     values: list = []
-    for number, wire, item in _fields(payload):
+    for number, wire, item in _fields(payload, budget):  # a bytes value is a field: few a list
         if number != 1:
             continue
         if kind == 1 and wire != 2:
@@ -271,11 +286,13 @@ def _decode_list(kind: int, payload: memoryview) -> list:
         elif kind == 3 and wire == 0:
             values.append(_signed(item))
         elif kind == 3:
+            _numbers(budget, len(bytes(item).translate(None, _CONTINUED)))  # a varint ends once
             pos = 0
             while pos < len(item):
                 value, pos = _read_varint(item, pos)
                 values.append(_signed(value))
         elif kind == 2:  # packed (wire 2) or one fixed32 (wire 5): both are little-endian floats
+            _numbers(budget, len(item) // 4)
             values.extend(struct.unpack(f"<{len(item) // 4}f", item))
     return values
 
@@ -310,22 +327,30 @@ def decode_example(
 def _decode_general(data: bytes) -> dict[str, list]:
     """decode_example for any well-formed Example, one generator per nested message."""
     out: dict[str, list] = {}
+    budget = [MAX_VALUES, MAX_FIELDS]  # the numbers and fields left to take
     try:
-        for number, _, features in _fields(memoryview(data)):
+        for number, _, features in _fields(memoryview(data), budget):
             if number != 1:
                 continue
-            for _, _, entry in _fields(features):
+            for _, _, entry in _fields(features, budget):
                 name, values = "", []
-                for part, _, payload in _fields(entry):
+                for part, _, payload in _fields(entry, budget):
                     if part == 1:
                         name = bytes(payload).decode()
                     elif part == 2:
-                        for kind, _, listed in _fields(payload):
-                            values = _decode_list(kind, listed)
+                        for kind, _, listed in _fields(payload, budget):
+                            values = _decode_list(kind, listed, budget)
                 out[name] = values
     except (struct.error, TypeError, AttributeError, UnicodeDecodeError) as e:
         raise ValueError(f"malformed Example ({e})") from None  # one error type for callers
     return out
+
+
+def _numbers(budget: list[int], n: int) -> None:
+    """Take `n` numbers from what is left of the Example's MAX_VALUES, before they are read."""
+    budget[0] -= n
+    if budget[0] < 0:
+        raise ValueError(f"over {MAX_VALUES:,} numbers, more than any Example holds")
 
 
 # Small map entries seen before, by their bytes: a pack's labels, sizes and formats repeat
@@ -358,6 +383,7 @@ def _decode_canonical(
         if pos + size != end:
             return None
         out: dict[str, list] = {}
+        budget = [MAX_VALUES]  # the bytes of lists read value by value: a value takes one
         while pos < end:
             # a map entry of Features (0x0A, size), holding its key (0x0A, size, name) first
             size = buf[pos + 1]
@@ -386,7 +412,7 @@ def _decode_canonical(
                 entry_end, entry = pos + size, None
                 if entry_end > end:
                     return None
-            found = _read_entry(buf, pos, entry_end, only, borrow)
+            found = _read_entry(buf, pos, entry_end, only, borrow, budget)
             if found is None or found[0] in out:
                 return None  # (a repeated name: the general decoder's)
             name, values = found
@@ -402,10 +428,13 @@ def _decode_canonical(
 
 
 def _read_entry(
-    buf: bytes, pos: int, entry_end: int, only: Collection[str] | None, borrow: Collection[str]
-) -> tuple[str, list | None] | None:
+    buf: bytes, pos: int, entry_end: int, only: Collection[str] | None, borrow: Collection[str],
+    budget: list[int],
+) -> tuple[str, list | None] | None:  # fmt: skip
     """_decode_canonical's map entry from its key field at `pos` to `entry_end`: its name and
-    values (None: left out by `only`); None for another layout or a fault."""
+    values (None: left out by `only`); None for another layout or a fault, or for a list past
+    what is left of `budget` (its bytes: the general decoder counts its values, and refuses
+    more than MAX_VALUES)."""
     size = buf[pos + 1]
     if buf[pos] != 0x0A or size >= 0x80:
         return None
@@ -435,6 +464,9 @@ def _read_entry(
             if lend:
                 return name, [memoryview(buf)[at:entry_end]]
             return name, [buf[at:entry_end] if type(buf) is bytes else bytes(buf[at:entry_end])]
+    budget[0] -= entry_end - pos
+    if budget[0] < 0:
+        return None
     values = _canonical_values(buf, memoryview(buf), pos, entry_end, kind, lend)
     return None if values is None else (name, values)
 
@@ -454,6 +486,8 @@ def _canonical_values(
     values: list = []
     if kind == 0x0A:  # bytes_list: a field 1 (0x0A, size, bytes) a value
         while pos < entry_end:
+            if len(values) == MAX_FIELDS:  # the general decoder's to refuse
+                return None
             size = buf[pos + 1]
             if buf[pos] != 0x0A:
                 return None

@@ -510,6 +510,23 @@ class TFRecord(Container):
         blob = open_shard(storage, name, num_bytes)
         return _Reader(blob if compression == "none" else _Copy(blob), offsets)
 
+    def first_record(
+        self, storage: Storage, name: str, compression: str = "none", num_bytes: int | None = None
+    ) -> Example | None:
+        if compression != "none":  # a gzip stream's head: iter_records inflates no further
+            return super().first_record(storage, name, compression, num_bytes)
+        with open_shard(storage, name, num_bytes) as blob:  # its header, then its record
+            if blob.size == 0:
+                return None
+            length = record_length(blob.pread(HEADER.size, 0), blob.name, 0,
+                                   min(blob.size, MAX_RECORD_BYTES))  # fmt: skip
+            framed = blob.pread(HEADER.size + length + FOOTER.size, 0)
+            data = memoryview(framed)[HEADER.size : HEADER.size + length]
+            if len(data) < length:
+                raise RecordError(blob.name, 0, "file ends inside a record (truncated)")
+            check_data(data, framed[HEADER.size + length :], blob.name, 0)
+            return checked(decode(bytes(data), blob.name, 0))
+
     def record_spans(self, storage: Storage, name: str) -> Iterator[tuple[int, int]]:
         return record_spans(storage, name)
 

@@ -1,24 +1,41 @@
-"""Running the shard tasks on a Dask cluster through joblib's dask backend.
+"""Running the shard tasks on a Dask cluster: one distributed future a shard.
 
-Nothing here imports `distributed` until a dask run is asked for (it is the `dask` extra).
+Not joblib's dask backend: it ran every task in the client where the cluster had one thread
+(joblib runs n_jobs=1 in-process), and waited forever for a task whose workers all died
+(an erred future never reached its callback). Nothing here imports `distributed` until a
+dask run is asked for (it is the `dask` extra).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import CancelledError
 from contextlib import contextmanager, suppress
+from typing import TypeVar
 
-from shardpack.errors import Option, ShardpackError, install_hint
+from shardpack.errors import RESUME_KEEPS, Option, ShardpackError, WorkerDiedError, install_hint
 from shardpack.storage import Storage, storage_at
+from shardpack.storage.failures import is_store_failure, said
 
 # A scheduler's address as shardpack reaches it: HOST:PORT, plain TCP ([::1]:8786 for IPv6).
 _ADDRESS = re.compile(
     r"^(?:tcp://)?(?:\[(?P<ip6>[0-9A-Fa-f:.]+)\]|(?P<host>[^\s:/\[\]]+)):(?P<port>[0-9]{1,5})$"
 )
 _PROBE = ".shardpack-probe-"  # hidden, and of no pattern a reader or cleanup looks for
+# How long a run waits for a scheduler's first worker (workers may be starting with it).
+WAIT_FOR_WORKERS_S = 30
+# How often a run waiting on its tasks asks whether the cluster still has workers.
+_LOOK_S = 1.0
+# Tasks queued per worker thread: one running, one waiting, as joblib's pre_dispatch had it
+# (a plan of thousands of shards is not all sent to the scheduler at once).
+_QUEUED_PER_THREAD = 2
+
+Spec = TypeVar("Spec")
 
 
 class ClusterError(ShardpackError):
@@ -33,9 +50,9 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
     except ImportError:
         raise ClusterError(Option("backend", "dask"), " needs the dask extra: ",
                            install_hint("dask")) from None  # fmt: skip
-    if scheduler is None:
-        import logging  # here: `shardpack.ClusterError` imports this module, and no logging
+    import logging  # here: `shardpack.ClusterError` imports this module, and no logging
 
+    if scheduler is None:
         # Loopback only: a Dask scheduler has no authentication, and runs what it is sent.
         cluster = LocalCluster(
             n_workers=workers,
@@ -48,10 +65,11 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
             # a stopped run cancels the tasks in flight, and each worker logged that as a
             # warning under the one line that says why the run stopped
             silence_logs=logging.ERROR,
+            preload=[__name__],  # dask_setup below, in each worker
         )
         with cluster, Client(cluster) as client:
             yield client
-        return
+        return  # its workers are up: LocalCluster waits for them
     address = _ADDRESS.match(scheduler)
     if address is None or not 1 <= int(address["port"]) <= 65535:
         # ucx:// and tls:// need settings shardpack does not pass; they failed in distributed
@@ -68,21 +86,132 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
         raise ClusterError(f"{scheduler}: cannot reach the Dask scheduler ({e}); check the "
                            "address and that a scheduler runs there (dask scheduler), or drop ",
                            Option("scheduler"), " for a local cluster") from None  # fmt: skip
-    with client:
+    # it logged "Failed to reconnect to scheduler" above the line that says so (run_tasks)
+    logger = logging.getLogger("distributed.client")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    with client, _restored(logger, level):
+        try:
+            client.wait_for_workers(1, timeout=WAIT_FOR_WORKERS_S)
+        except TimeoutError:
+            raise ClusterError(f"{scheduler}: the Dask scheduler has no workers (waited "
+                               f"{WAIT_FOR_WORKERS_S} s); start them (dask worker {scheduler}), "
+                               "or drop ", Option("scheduler"),
+                               " for a local cluster") from None  # fmt: skip
         yield client
+
+
+def dask_setup(worker) -> None:
+    """Run by each worker of a LocalCluster as it starts (its preload): Ctrl-C, which the
+    terminal sends to the whole process group, is the client's to handle (it stops its
+    cluster); each worker printed a KeyboardInterrupt traceback above the line saying why the
+    run stopped."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextmanager
+def _restored(logger, level: int) -> Iterator[None]:
+    """Set `logger`'s level back to `level` when the block ends."""
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def run_tasks(
+    client, task: Callable[..., object], specs: Sequence[Spec], args: tuple,
+    file: Callable[[Spec], str],
+) -> Iterator[object]:  # fmt: skip
+    """Yield task(spec, *args) of each spec as it finishes on the cluster's workers, a few
+    queued per worker thread; `args` go with each task (not scattered: data only workers
+    hold is lost with them, and every task needing it with it). Closing the generator
+    early (an error, Ctrl-C) cancels every task not finished.
+
+    Raises:
+        WorkerDiedError: every worker that ran a task died (the scheduler gave up on it).
+        ClusterError: the scheduler was lost mid-run, or every worker for longer than
+            WAIT_FOR_WORKERS_S.
+    """
+    from distributed import wait
+
+    token = uuid.uuid4().hex
+    queued = max(1, sum(client.nthreads().values())) * _QUEUED_PER_THREAD
+    waiting = iter(specs)
+    running: dict = {}
+
+    def submit(spec: Spec) -> None:
+        future = client.submit(task, spec, *args, key=f"shard-{file(spec)}-{token}", pure=False)
+        running[future] = spec
+
+    for spec in itertools.islice(waiting, queued):
+        submit(spec)
+    alone = None  # since when the cluster has had no worker
+    try:
+        while running:
+            try:
+                done = wait(list(running), timeout=_LOOK_S, return_when="FIRST_COMPLETED").done
+            except TimeoutError:
+                done = set()
+            except CancelledError:  # not by us: the scheduler or its tasks' data is gone
+                done = {future for future in running if future.cancelled()}
+            if not done:
+                alone = None if client.nthreads() else alone or time.monotonic()
+                if alone is not None and time.monotonic() - alone > WAIT_FOR_WORKERS_S:
+                    raise ClusterError(*_lost(client, "every worker, and none came back in "
+                                             f"{WAIT_FOR_WORKERS_S} s; start workers"))  # fmt: skip
+            for future in done:
+                result = _result(client, future, file(running.pop(future)))
+                if (following := next(waiting, None)) is not None:
+                    submit(following)
+                yield result
+    finally:
+        if running:
+            with suppress(Exception):  # a scheduler gone: nothing left to cancel
+                client.cancel(list(running))
+
+
+def _result(client, future, file: str) -> object:
+    """A finished task's result (its own exception raised again); a task the scheduler gave up
+    on, or lost with the scheduler, said as such."""
+    from distributed import KilledWorker
+
+    if future.cancelled():  # not by us
+        lost = "its scheduler" if client.status != "running" else "the task"
+        raise ClusterError(*_lost(client, f"{lost} writing {file}; check that its scheduler and "
+                                  "workers run"))  # fmt: skip
+    try:
+        result = future.result()
+    except KilledWorker:
+        raise WorkerDiedError(f"{client.scheduler.address}: every Dask worker that ran {file} "
+                              "died (killed, perhaps by the out-of-memory killer: give the "
+                              "workers more memory, or use more ", Option("shards"), "); ",
+                              *RESUME_KEEPS) from None  # fmt: skip
+    future.release()  # the result is ours now: the worker may drop it
+    return result
+
+
+def _lost(client, what: str) -> tuple[str | Option, ...]:
+    """A message: the cluster lost `what` (and its fix), then how to go on."""
+    return (f"{client.scheduler.address}: the Dask cluster lost {what}, then ", *RESUME_KEEPS)
 
 
 def _probe(src: Storage, out: Storage, token: str, first_item: str) -> str:
     """Run on a worker: write a probe file into OUT and look for one source file."""
     import socket
 
-    name = f"{socket.gethostname()}-{os.getpid()}"
+    name, where = f"{socket.gethostname()}-{os.getpid()}", src.path(first_item)
     try:
         if src.kind(first_item) != "file":
-            return f"{name} cannot see {src.path(first_item)}"
+            return f"{name} cannot see {where}"
+        where = out.root
         out.put(f"{_PROBE}{token}-{name}", b"")
-    except OSError as e:
-        return f"{name} cannot reach {out.root} ({e.strerror or e})"
+    except Exception as e:  # a store's refusal too: a worker without its credentials
+        if not is_store_failure(e):
+            raise
+        why = e.strerror if isinstance(e, OSError) and e.strerror else said(e, 200)
+        return f"{name} cannot reach {where} ({why})"
     return ""
 
 
@@ -117,5 +246,6 @@ def check_shared_storage(client, src: Storage, out: Storage, first_item: str) ->
         problems.append(f"{len(answers) - seen} workers wrote probe files this machine "
                         "cannot see")  # fmt: skip
     if problems:
-        raise ClusterError(f"SRC and OUT must be on storage every Dask worker shares: "
-                           f"{problems[0]}; {out.how_to_share}")  # fmt: skip
+        raise ClusterError(f"SRC and OUT must be on storage every Dask worker shares (the "
+                           f"cluster at {client.scheduler.address}): {problems[0]}; "
+                           f"{out.how_to_share}")  # fmt: skip

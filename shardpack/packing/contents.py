@@ -29,7 +29,6 @@ from shardpack.contentsfile import (
     Noted,
     Skip,
     load_contents,
-    values,
 )
 from shardpack.layout import CONTENTS_NAME
 from shardpack.packing.facts import facts_of
@@ -41,7 +40,7 @@ from shardpack.storage import Storage
 # What a grow reads of OUT is read by shardpack.contentsfile, and named here too.
 __all__ = ["FORMAT", "MAX_CONTENTS_BYTES", "VALUES_PER_ITEM", "VALUES_PER_SHARD", "Contents",
            "Dropped", "Entry", "Noted", "Skip", "dropped_copies", "entries", "load_contents",
-           "meta", "values", "with_copies", "write_contents"]  # fmt: skip
+           "meta", "with_copies", "write_contents"]  # fmt: skip
 
 # Records a shard's entry is rendered at a time (spool.py): what it costs is bounded by this,
 # not by the shard's size.

@@ -49,10 +49,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from shardpack.index import Index
+from shardpack.index import Index, json_values
 from shardpack.layout import STAMPS_NAME
 from shardpack.options import PackOptions
-from shardpack.packing.contents import RENDER_CHUNK, values
+from shardpack.packing.contents import RENDER_CHUNK
 from shardpack.packing.facts import facts_of
 from shardpack.packing.packeditems import PackedItems, columns
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec
@@ -324,7 +324,7 @@ def load(out: Storage, index: Index) -> Held:
                 return none
             text = blob.pread(blob.size, 0)
         limit = VALUES_PER_RECORD * records + VALUES_PER_SKIP * index.num_skipped + 16
-        if values(text, limit) > limit:  # each a Python object: more than the index's records
+        if json_values(text, limit) > limit:  # each a Python object: more than the index's records
             return none
         doc = json.loads(text)
     except (OSError, ValueError, RecursionError):

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import itertools
 import threading
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
 from functools import partial
+from operator import attrgetter
 
 from shardpack.containers import HashingFile
-from shardpack.errors import RERUN, ImageError, Option, WorkerDiedError, way_past
+from shardpack.errors import RESUME_KEEPS, ImageError, Option, WorkerDiedError, way_past
 from shardpack.options import PackOptions
 from shardpack.packing import stamps
 from shardpack.packing.collector import frozen, long_lived
@@ -103,9 +103,8 @@ def write_shards(
                 f"{out.root}: a worker died while writing {', '.join(in_flight) or 'a shard'} "
                 "(killed, perhaps by the out-of-memory killer: try fewer ",
                 Option("workers"),
-                f"); {RERUN}",
-                Option("resume", True),
-                " to keep the shards already finished",
+                "); ",
+                *RESUME_KEEPS,
             ) from None
         raise
     finally:
@@ -225,25 +224,14 @@ def _run(
                 prepare = partial(_prepare_worker, spare_core=workers < machine_cores())
                 yield from run_local(specs, args, workers, out.complete, prepare)
         return
-    from joblib import Parallel, delayed, parallel_config
+    from shardpack.packing import cluster  # a dask run's alone
 
-    from shardpack.packing.cluster import check_shared_storage, dask_client  # a dask run's alone
-
-    tasks = (delayed(write_shard)(spec, *args) for spec in specs)
-
-    with dask_client(options.scheduler, workers) as client:
+    with cluster.dask_client(options.scheduler, workers) as client:
         if specs:
-            check_shared_storage(client, dataset.root, out, specs[0].items[0].path)
-        with parallel_config(backend="dask"), warnings.catch_warnings():
-            # a stopped run closes this generator with tasks in flight, and joblib warned of
-            # them ('4 tasks which were still being processed ... have been cancelled') under
-            # the one line that says why the run stopped
-            warnings.filterwarnings("ignore", _CANCELLED, UserWarning, "joblib")
-            yield from Parallel(n_jobs=-1, return_as="generator_unordered")(tasks)
-
-
-# What joblib warns as a stop closes its generator of results (joblib/parallel.py).
-_CANCELLED = r".*(tasks which were still being processed|successfully executed +but not used)"
+            cluster.check_shared_storage(client, dataset.root, out, specs[0].items[0].path)
+        tasks = cluster.run_tasks(client, write_shard, specs, args, attrgetter("file"))
+        with closing(tasks):
+            yield from tasks
 
 
 # The way past a bad item that --on-error fail stopped at.

@@ -281,16 +281,18 @@ def cannot_read(path: str, error: OSError) -> SourceError:
     return SourceError(f"{path}: cannot read ({error.strerror or error}); {os_error_fix(error)}")
 
 
-def a_link(root: Storage, name: str = "") -> SourceError:
+def a_link(root: Storage, name: str = "", part: bool = False) -> SourceError:
     """The error of a file of SRC that is a symbolic link, naming where it leads (a DVC
     checkout's, a Hugging Face cache's: a file named by its hash, somewhere else), for a scan
-    whose open of it refused the link (ELOOP)."""
+    whose open of it refused the link (ELOOP); `part`: one file of a whole SRC reads (a TFDS
+    shard), which cannot be passed alone."""
     target = root.link_target(name)
     to = "" if target is None else f" to {target}"  # None: gone since
+    which = "a copy" if part else "the file it points to, or a copy"
     return SourceError(f"{root.path(name)}: is a symbolic link{to}; shardpack does not follow "
-                       "links it did not make: pass the file it points to, or a copy of its "
-                       "folder with the links resolved (cp -rL: a Hugging Face cache's "
-                       "snapshots are links into its blobs)")  # fmt: skip
+                       f"links it did not make: pass {which} of its folder with the links "
+                       "resolved (cp -rL: a Hugging Face cache's snapshots are links into its "
+                       "blobs)")  # fmt: skip
 
 
 def folder_only(root: Storage, options: PackOptions, name: str) -> None:

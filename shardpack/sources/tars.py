@@ -444,7 +444,7 @@ def _dataset(root: Storage, samples: list[_Sample], options: PackOptions) -> Dat
     for sample, value in zip(good, parsed, strict=True):
         key = keys[id(sample)]
         try:
-            number = _label(sample.data.get(label), options.classes) if label else None
+            number = _label(sample.data.get(label), options.classes, label) if label else None
             fields = {members[ext]: _member(ext, sample.data.get(ext, b"")) for ext in members}
             fields.update(_json_values(value, columns))
         except _Bad as e:
@@ -509,8 +509,10 @@ def _free(name: str, taken: set[str], prefix: str) -> str:
     return name
 
 
-def _label(data: bytes | None, classes: tuple[str, ...] | None) -> int:
-    text = (data or b"").strip()
+def _label(data: bytes | None, classes: tuple[str, ...] | None, ext: str) -> int:
+    if data is None:  # (it said: label b'' is not a class number)
+        raise _Bad(f"no .{ext} member, which other samples hold: give each sample its label")
+    text = data.strip()
     if not text.isdigit() or len(text) > 18:
         raise _Bad(f"label {text[:20]!r} is not a class number (decimal, from 0)")
     number = int(text)

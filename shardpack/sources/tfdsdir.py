@@ -19,7 +19,7 @@ from shardpack.schema import BUILTIN_NAMES, LABEL, Feature, Schema, check_values
 from shardpack.sources.classlist import MAX_CLASSES, check_class_names
 from shardpack.sources.openfiles import kept_open, read_json, read_metadata
 from shardpack.sources.scanprogress import listed
-from shardpack.sources.source import Dataset, Item, Source, cannot_read, folder_only
+from shardpack.sources.source import Dataset, Item, Source, a_link, cannot_read, folder_only
 from shardpack.storage import Storage
 
 if TYPE_CHECKING:
@@ -149,6 +149,8 @@ def _shards(root: Storage, info: dict, fmt: str) -> Iterator[tuple[str, list]]:
                 raise SourceError(f"{root.path(INFO)}: split {name!r} has {total:,} shards, "
                                   f"but its file name template {template!r} names them all "
                                   f"{shard!r}; prepare the dataset again")  # fmt: skip
+            if re.match(_SAFE_NAME, shard) and root.link_target(shard) is not None:
+                raise a_link(root, shard, part=True)  # before a read refuses it as ELOOP
             if not re.match(_SAFE_NAME, shard) or root.kind(shard) != "file":
                 raise SourceError(f"{root.path(shard)}: missing, but {INFO} lists it (split "
                                   f"{name!r}); copy every shard of the dataset, or prepare it "

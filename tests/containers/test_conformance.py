@@ -104,6 +104,7 @@ def test_round_trip_sequential_and_random(tmp_path, name):
             for i in reversed(range(len(expected))):
                 assert reader[i] == expected[i]
     assert container.check(*at(path)) == (result.num_records, result.num_bytes, result.sha256)
+    assert container.first_record(*at(path), num_bytes=result.num_bytes) == expected[0]
 
 
 RAW = [name for name in NAMES if get_container(name).raw_examples]
@@ -167,6 +168,53 @@ def test_check_names_a_flipped_byte(tmp_path, name):
         container.check(*at(path))
     assert caught.value.path == path
     assert caught.value.offset == 0
+
+
+def test_a_tfrecord_first_record_reads_the_shards_head_only(tmp_path):
+    """What a grow holds to contents.json of each shard it keeps: the first record, framing
+    checked, the rest unread (a damaged later record passes); a gzip shard's through its
+    stream; a broken head names the file."""
+    container = get_container("tfrecord")
+    path, _ = _write(container, tmp_path)
+    data = Path(path).read_bytes()
+    Path(path).write_bytes(data[:-5] + bytes([data[-5] ^ 1]) + data[-4:])  # the last record's
+    assert container.first_record(*at(path)) == _as_read(_records()[0])
+    Path(path).write_bytes(data[:20] + bytes([data[20] ^ 1]) + data[21:])  # the first's data
+    with pytest.raises(RecordError, match=f"{path} at byte 0: data CRC mismatch"):
+        container.first_record(*at(path))
+    Path(path).write_bytes(data[:4] + b"\xff" * 4 + data[8:])  # a length past the file
+    with pytest.raises(RecordError, match=f"{path} at byte 0: length CRC mismatch"):
+        container.first_record(*at(path))
+    with container.writer(path := str(tmp_path / "z"), compression="gzip") as writer:
+        for features in _records():
+            writer.write(features)
+    assert container.first_record(*at(path), compression="gzip") == _as_read(_records()[0])
+
+
+def test_a_compressed_array_record_is_read_a_record_at_a_time(tmp_path):
+    """A zstd ArrayRecord (TFDS's kind) of 8 records of 8 MiB of zeros is a file of 128 KiB:
+    read 256 records at a time, all 64 MiB were held at once (8 of 128 MiB: 2.9 GB); each
+    record is refused alone, no more than one held."""
+    import tracemalloc
+
+    from array_record.python import array_record_module
+
+    path = tmp_path / get_container("array_record").shard_name("ds", "train", 0, 1)
+    writer = array_record_module.ArrayRecordWriter(str(path), "group_size:1,zstd")
+    for _ in range(8):
+        writer.write(bytes(8 << 20))
+    writer.close()
+    assert path.stat().st_size <= 128 << 10
+    tracemalloc.start()
+    try:
+        read = list(get_container("array_record").iter_records(*at(path)))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [str(fault) for _, fault in read] == [
+        f"{path} at record {i}: not a tf.train.Example (a field numbered 0)" for i in range(8)
+    ]
+    assert peak < 20 << 20, peak  # one record of 8 MiB (and its copy), not 8
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -243,6 +291,7 @@ def test_an_empty_shard_is_a_valid_file(tmp_path, name):
     assert result.num_records == 0
     assert container.check(*at(path)) == (0, result.num_bytes, result.sha256)
     assert list(container.iter_records(*at(path))) == []
+    assert container.first_record(*at(path)) is None
 
 
 FILE_SIZE_LIMIT = """

@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from shardpack.containers import example
-from shardpack.containers.example import decode_example, encode_example
+from shardpack.containers.example import MAX_FIELDS, MAX_VALUES, decode_example, encode_example
 
 FEATURES = {
     "image": bytes(range(256)) * 40,  # lengths past one varint byte, at every level
@@ -184,3 +184,34 @@ def test_mutated_records_decode_as_the_general_decoder_reads_them(borrow):
         stop = 12 + len(bent)
         inside = _outcome(lambda d: decode_example(d, borrow, None, 12, stop), framed)  # noqa: B023
         assert inside == expected
+
+
+FIELDS, NUMBERS = 1000, 10_000  # the limits, lowered: the count is what is checked
+
+
+@pytest.mark.parametrize("flood, said", [
+    # a record of zeros (a gzip shard of 1 MiB inflates to a GiB of them): an Example of no
+    # feature, at a third of a second a MiB (a GiB: 5 minutes), which no protobuf parser takes
+    (bytes(64 << 10), "a field numbered 0"),
+    # fields no Example holds, each walked and skipped at the same speed
+    (_field(2, 0, 0) * (FIELDS + 1), f"over {FIELDS:,} fields"),
+    (_field(1, 2, _field(1, 2, b"") * (FIELDS + 1)), f"over {FIELDS:,} fields"),
+    (_field(1, 2, _entry(b"b", _field(1, 2, _field(1, 2, b"") * (FIELDS + 1)))),
+     f"over {FIELDS:,} fields"),  # empty bytes values, each held
+    # packed numbers past any Example's: a GiB of them was 2**30 Python numbers held
+    (_field(1, 2, _entry(b"n", _field(3, 2, _field(1, 2, b"\1" * (NUMBERS + 1))))),
+     f"over {NUMBERS:,} numbers"),
+    (_field(1, 2, _entry(b"f", _field(2, 2, _field(1, 2, bytes(4 * NUMBERS + 4))))),
+     f"over {NUMBERS:,} numbers"),
+])  # fmt: skip
+def test_a_flood_of_tiny_fields_or_numbers_is_refused_unread(flood, said, monkeypatch):
+    """Each decoded to an Example of no feature, or to as many values as the record's bytes,
+    at ~0.3 s a MiB: a compressed shard's record of a GiB took minutes, and as many GiB."""
+    monkeypatch.setattr(example, "MAX_FIELDS", FIELDS)
+    monkeypatch.setattr(example, "MAX_VALUES", NUMBERS)
+    with pytest.raises(ValueError, match=said):
+        decode_example(flood)
+    crowded = {"bbox": [0.5] * (NUMBERS - 1000), "id": list(range(990)), "names": [b"a"] * 900}
+    assert decode_example(encode_example(crowded)) == crowded  # just under both: read
+    # (the limits themselves: a COCO image of a million objects, ~8 million numbers, reads)
+    assert (MAX_FIELDS, MAX_VALUES) >= (1 << 20, 8_000_000)

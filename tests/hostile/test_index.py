@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from shardpack.errors import IndexFormatError
+from shardpack.errors import IndexFormatError, OutputError
 from shardpack.index import (
     MAX_INDEX_BYTES,
     MAX_INDEX_CONTAINERS,
@@ -73,6 +73,37 @@ def test_the_reader_counts_lists_and_objects_not_brackets_inside_strings(tmp_pat
     raw["warnings"] = [[]] * (MAX_INDEX_CONTAINERS + 1)  # real structure is still refused
     (out / "index.json").write_text(json.dumps(raw))
     one_line_error(run_cli("verify", str(out)), "lists and objects, over")
+
+
+def test_an_index_or_croissant_json_of_too_many_values_is_refused_unparsed(tmp_path, monkeypatch):
+    """Only lists and objects were counted: 100 MB of two-letter strings in a planted index.json
+    was 1.6 GB once parsed by every reader (1 GiB is allowed: ~17 GB), and a croissant.json of
+    90 MB of [] held a pack 2 minutes and 2.9 GB. Values are counted before either is parsed
+    (the limit lowered here: the count is what is checked), commas inside strings not."""
+    import shardpack
+    from shardpack import PackOptions
+
+    monkeypatch.setattr("shardpack.index.MAX_INDEX_VALUES", 10_000)
+    src = make_tree(tmp_path / "src", {"cat": 1, "dog": 1})
+    out = tmp_path / "out"
+    shardpack.pack(src, out, PackOptions(workers=1))
+    raw = json.loads((out / "index.json").read_text())
+    raw["warnings"] = ["a," * 20_000]
+    (out / "index.json").write_text(json.dumps(raw))
+    assert load_index(out).warnings == ("a," * 20_000,)
+    raw["warnings"] = ["ab"] * 10_000
+    (out / "index.json").write_text(json.dumps(raw))
+    with pytest.raises(IndexFormatError, match=r"index.json: unreadable \(10,\d+ values, over "
+                       r"10,000\); rerun pack to rewrite it"):  # fmt: skip
+        load_index(out)
+    raw["warnings"] = []
+    (out / "index.json").write_text(json.dumps(raw))
+    (out / "croissant.json").write_text(json.dumps({"license": "x", "junk": [[]] * 10_000}))
+    held = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(OutputError, match=r"croissant.json: is no JSON object .* \(it holds "
+                       r"[\d,]+ values, over 10,000\); fix it, or move it out of OUT"):  # fmt: skip
+        shardpack.pack(src, out, PackOptions(workers=1, overwrite=True))
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == held
 
 
 def test_a_run_that_packs_nothing_leaves_no_dataset(tmp_path: Path):

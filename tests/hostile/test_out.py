@@ -835,6 +835,43 @@ def test_a_shard_of_another_size_than_the_index_says_is_refused_before_a_grow(tm
     assert {p.name: p.read_bytes() for p in out.iterdir()} == written
 
 
+@pytest.mark.parametrize("grow", ["--append", "--update"])
+def test_a_shard_another_pack_wrote_in_its_place_is_refused_before_a_grow(tmp_path, grow):
+    """A grow keeps its shards unread: another pack's shard of the same size (a tar comes in
+    10 KiB records) under a listed name went on (exit 0), its records' items taken as packed
+    and the grown index carrying the lie (verify then found it). So did a contents.json entry
+    whose first key names no record. Each shard's first record is held to contents.json's
+    first key, refused in one line, OUT untouched."""
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
+    out, other = tmp_path / "out", tmp_path / "other"
+    for folder, seed in ((out, "0"), (other, "1")):
+        assert _cli("pack", str(src), str(folder), "--workers", "1", "--shards", "2", "--format",
+                    "webdataset", "--seed", seed).returncode == 0  # fmt: skip
+    shard = out / next(iter(shard_files(out)))
+    theirs = other / shard.name
+    ours = shard.read_bytes()
+    assert theirs.stat().st_size == len(ours) and theirs.read_bytes() != ours
+    shutil.copyfile(theirs, shard)
+    write_image(src / "cat" / "new.jpg", image(77))
+    keys = json.loads((out / "contents.json").read_text())["shards"][shard.name]["keys"]
+    written = {p.name: p.read_bytes() for p in out.iterdir()}
+    run = _cli("pack", str(src), str(out), grow, "--workers", "1")
+    _one_line_error(run, f"{shard}: holds '", f"' first, where contents.json lists '{keys[0]}': "
+                    "not the shard index.json lists", "verify", "--overwrite")  # fmt: skip
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == written
+    shard.write_bytes(ours)  # the shard back, its entry's first key one no record holds
+    contents = json.loads((out / "contents.json").read_text())
+    contents["shards"][shard.name]["keys"][0] = "cat/ghost.jpg"
+    (out / "contents.json").write_text(json.dumps(contents))
+    run = _cli("pack", str(src), str(out), grow, "--workers", "1")
+    _one_line_error(run, "where contents.json lists 'cat/ghost.jpg'")
+    shard.write_bytes(b"X" + ours[1:])  # a damaged head: the grow's mend, said once
+    run = _cli("pack", str(src), str(out), grow, "--workers", "1")
+    _one_line_error(run, f"{shard} at byte 0: bad tar header (bad checksum); restore it from a "
+                    "copy, or repack with --overwrite")  # fmt: skip
+    assert "pack again" not in run.stderr
+
+
 # ---- a grow takes no looser limit and no read location from OUT's files ---------------------
 
 

@@ -307,3 +307,21 @@ def test_the_count_past_an_early_end_is_bounded(tmp_path, monkeypatch):
     monkeypatch.setattr(tars_source, "_MAX_LOST_TRIES", 16)
     ((_, reason),) = scan(src).skipped
     assert "samples found past it: at least 0;" in reason
+
+
+def test_a_sample_without_the_label_member_the_others_hold_says_so(tmp_path):
+    """Its sample said "label b'' is not a class number (decimal, from 0)": a label it never
+    had, in bytes' repr. So did a sample a pax header renamed away from its .cls."""
+    renamed = tarfile.TarInfo("s2.jpg")  # pax path: the image is sample `moved`'s
+    renamed.size, renamed.pax_headers = len(helpers.jpeg(2)), {"path": "moved.jpg"}
+    pax = renamed.tobuf(tarfile.PAX_FORMAT) + helpers.jpeg(2) + bytes(-renamed.size % BLOCK)
+    src = write(tmp_path / "a.tar", sample("s0", 0, 0), member("s1.jpg", helpers.jpeg(1)),
+                pax, member("s2.cls", b"1"))  # fmt: skip
+    dataset = scan(src)
+    assert keys(dataset) == ["a.tar:s0"]
+    missing = "no .cls member, which other samples hold: give each sample its label"
+    assert dict(dataset.skipped) == {
+        "a.tar:s1": missing,
+        "a.tar:moved": missing,
+        "a.tar:s2": "no image member (.jpg, .jpeg, .png, .webp, ...)",
+    }

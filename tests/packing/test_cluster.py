@@ -4,6 +4,7 @@ separate processes on loopback; byte-identical to the local run."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import socket
@@ -79,23 +80,34 @@ def test_local_cluster_matches_local(job, tmp_path: Path, capfd):
     assert "8787" not in capfd.readouterr().err
 
 
-def test_a_stopped_local_cluster_run_says_one_line(tmp_path: Path):
+# Ctrl-C as a terminal sends it, to the whole process group; SIGTERM to the run alone
+@pytest.mark.parametrize("stop", [
+    "ctrl-c", pytest.param("sigterm", marks=pytest.mark.long),
+])  # fmt: skip
+def test_a_stopped_local_cluster_run_says_one_line(tmp_path: Path, stop: str):
     """Stopped mid-run, the workers' logs of the tasks cancelled ('distributed.worker.
     state_machine - WARNING - Async instruction for <Task cancelled ...> ended with
-    CancelledError', one a task in flight) came under the line saying why the run stopped."""
+    CancelledError', one a task in flight) came under the line saying why the run stopped;
+    and a Ctrl-C reached the workers too, each printing a KeyboardInterrupt traceback."""
     for i in range(240):
         write_image(tmp_path / "src" / f"c{i % 2}" / f"{i:04d}.jpg", image(i, 240, 320))
     out = tmp_path / "out"
     run = forkserver.start(forkserver.SHARDPACK, "pack", str(tmp_path / "src"), str(out),
                            "--backend", "dask", "--workers", "2", "--shards", "12", "--encode",
-                           "png", "--no-progress")  # fmt: skip
+                           "png", "--no-progress", start_new_session=True)  # fmt: skip
     journal = out / ".shardpack.journal"
-    wait_for(lambda: run.poll() is not None or journal.exists())
-    run.send_signal(signal.SIGTERM)  # shards in flight: the first of 12 just landed
+    wait_for(lambda: run.poll() is not None or (journal.exists() and len(
+        journal.read_text().splitlines()) > 1))  # fmt: skip
+    # shards in flight: the first of 12 just landed
+    if stop == "ctrl-c":
+        os.killpg(run.pid, signal.SIGINT)
+    else:
+        run.send_signal(signal.SIGTERM)
     stderr = run.communicate(timeout=120)[1]
-    assert run.returncode == 143, stderr
-    said = "terminated: no index written; rerun with --resume to continue"
-    assert stderr.strip().splitlines() == [said], stderr
+    assert run.returncode == (130 if stop == "ctrl-c" else 143), stderr
+    said = "interrupted" if stop == "ctrl-c" else "terminated"
+    assert stderr.strip().splitlines() == [f"{said}: no index written; rerun with --resume to "
+                                           "continue"], stderr  # fmt: skip
 
 
 def _free_port() -> int:
@@ -104,25 +116,39 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def scheduler():
-    """A scheduler and two workers (nannies: a killed worker is restarted) for this module."""
+@contextmanager
+def _cluster(*worker_args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """A scheduler (its settings from `env`: DASK_... variables) and `dask worker *worker_args`
+    as processes of their own on loopback; yields the scheduler's address once its first
+    worker joined."""
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     procs = [subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port),
-                               "--no-dashboard"], stderr=subprocess.DEVNULL)]  # fmt: skip
-    procs.append(subprocess.Popen([DASK, "worker", address, "--nworkers", "2", "--nthreads", "1",
-                                   "--no-dashboard"], stderr=subprocess.DEVNULL))  # fmt: skip
+                               "--no-dashboard"], stderr=subprocess.DEVNULL,
+                              env={**os.environ, **(env or {})})]  # fmt: skip
+    procs.append(subprocess.Popen([DASK, "worker", address, "--nthreads", "1", "--no-dashboard",
+                                   *worker_args], stderr=subprocess.DEVNULL))  # fmt: skip
     from distributed import Client
 
     try:
         with Client(address, timeout="30s") as client:
-            client.wait_for_workers(2, timeout=60)
+            client.wait_for_workers(1, timeout=60)
         yield address
     finally:
         for proc in reversed(procs):  # the workers first, while the scheduler hears them go
             proc.terminate()
             proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def scheduler():
+    """A scheduler and two workers (nannies: a killed worker is restarted) for this module."""
+    with _cluster("--nworkers", "2") as address:
+        from distributed import Client
+
+        with Client(address, timeout="30s") as client:
+            client.wait_for_workers(2, timeout=60)
+        yield address
 
 
 # The default container in `make test`; every other one, on the same cluster, in test-long.
@@ -251,3 +277,102 @@ def test_a_malformed_scheduler_address_is_one_line(address, tmp_path: Path):
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
     (line,) = run.stderr.splitlines()
     assert f"--scheduler {address}: not an address" in line and "HOST:PORT" in line
+
+
+def _stopped(src: Path, out: Path, options: PackOptions, victim: int, expected: type) -> str:
+    """What pack(src, out, options) raised, `expected`, the pid `victim` SIGKILLed as its first
+    shard landed; no partial file left."""
+    import threading
+
+    journal = out / ".shardpack.journal"
+
+    def kill_after_the_first_shard() -> None:
+        wait_for(lambda: journal.exists() and len(journal.read_text().splitlines()) >= 2)
+        os.kill(victim, signal.SIGKILL)
+
+    threading.Thread(target=kill_after_the_first_shard, daemon=True).start()
+    with pytest.raises(expected) as stop:
+        pack(src, out, options)
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".") and "partial" in p.name]
+    return str(stop.value)
+
+
+@pytest.fixture
+def slow_src(tmp_path: Path) -> Path:
+    """120 photo-sized images: a PNG shard of 20 takes a worker a while."""
+    src = tmp_path / "src"
+    for i in range(120):
+        write_image(src / f"c{i % 2}" / f"{i:04d}.jpg", image(i, 240, 320))
+    return src
+
+
+def test_a_shard_whose_workers_all_died_is_one_line_not_a_hang(slow_src: Path, tmp_path: Path):
+    """A task the scheduler gave up on (its workers died: here the first, allowed-failures 0)
+    hung joblib's dask backend for ever (a KilledWorker never reached its callback); and on a
+    cluster of one thread joblib ran every shard in the client itself (n_jobs=1), so that the
+    kill changed nothing."""
+    from distributed import Client
+
+    from shardpack.errors import WorkerDiedError
+
+    with _cluster(env={"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}) as address:
+        with Client(address, timeout="30s") as client:
+            (worker,) = client.run(os.getpid).values()
+        options = PackOptions(encode="png", shards=6, backend="dask", scheduler=address)
+        said = _stopped(slow_src, tmp_path / "out", options, worker, WorkerDiedError)
+    assert said.startswith(f"{address}: every Dask worker that ran {slow_src.name}-train.") and (
+        "resume=True" in said
+    ), said
+
+
+@pytest.mark.long  # seconds of waiting: the client tries to reconnect for 10 s
+def test_a_lost_scheduler_is_one_line(slow_src: Path, tmp_path: Path):
+    """It was a FutureCancelledError traceback, exit code 1."""
+    from distributed import Client
+
+    with _cluster() as address:
+        with Client(address, timeout="30s") as client:
+            scheduler = client.run_on_scheduler(os.getpid)
+        options = PackOptions(encode="png", shards=6, backend="dask", scheduler=address)
+        said = _stopped(slow_src, tmp_path / "out", options, scheduler, ClusterError)
+    assert said.startswith(f"{address}: the Dask cluster lost its scheduler writing ") and (
+        "resume=True" in said
+    ), said
+
+
+def test_a_scheduler_without_workers_is_one_line(tmp_path: Path, monkeypatch):
+    """joblib waited 10 s, then its TimeoutError ('... increase the joblib/dask connection
+    timeout with:\\n\\nparallel_config(...)') was said as an OSError: '; check the path'."""
+    from distributed import LocalCluster
+
+    from shardpack.packing import cluster
+
+    monkeypatch.setattr(cluster, "WAIT_FOR_WORKERS_S", 0.5, raising=False)
+    src = make_tree(tmp_path / "src", {"a": 2})
+    empty = LocalCluster(
+        n_workers=0,
+        processes=False,
+        protocol="tcp",
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+    )
+    with empty, pytest.raises(ClusterError) as refused:
+        pack(src, tmp_path / "out", PackOptions(backend="dask", scheduler=empty.scheduler_address))
+    assert str(refused.value).startswith(f"{empty.scheduler_address}: the Dask scheduler has no "
+                                         "workers (waited 0.5 s); start them")  # fmt: skip
+    assert not (tmp_path / "out" / "index.json").exists()
+
+
+@pytest.mark.long  # the S3 server
+def test_workers_without_the_stores_credentials_are_named(job, scheduler, s3):
+    """The module's workers began before this test gave the store's settings to its process:
+    they have no credentials. botocore's NoCredentialsError is no OSError: it left the probe as
+    if this process had failed ('the object store refused or could not be reached: Unable to
+    locate credentials'), which had them."""
+    src, _, options = job
+    source, out = s3.put_tree(src, "raw/src"), s3.url("packed/src")
+    with pytest.raises(ClusterError) as refused:
+        pack(source, out, replace(options, backend="dask", scheduler=scheduler))
+    said = str(refused.value)
+    assert f"every Dask worker shares (the cluster at {scheduler}): " in said, said
+    assert f"cannot reach {source}/" in said and said.endswith("same credentials and endpoint")

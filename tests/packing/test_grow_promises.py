@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from shardpack import contentsfile
 from shardpack.errors import OutputError
-from shardpack.index import load_index
+from shardpack.index import json_values, load_index
 from shardpack.options import PackOptions
-from shardpack.packing import contents, stamps
+from shardpack.packing import stamps
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
 from shardpack.sources import Source
@@ -396,13 +395,13 @@ def _counted(value: object) -> int:
 
 
 def test_the_value_count_passes_over_what_strings_hold(monkeypatch):
-    """contents.values is exact past its quick count: keys holding quotes, escapes, commas and
+    """json_values is exact past its quick count: keys holding quotes, escapes, commas and
     brackets (file names may) count nothing, across the chunks it reads."""
-    monkeypatch.setattr(contentsfile, "_CHUNK", 5)
+    monkeypatch.setattr("shardpack.index._CHUNK", 5)
     doc = {'a,"[{\\': [1, '\\\\"', {"x": [], "y{": ["\\", ",", '"']}], "é,\n": {}}
     for ascii_only in (True, False):
         text = json.dumps(doc, ensure_ascii=ascii_only).encode()
-        assert contents.values(text, 0) == _counted(doc) == 12
+        assert json_values(text, 0) == _counted(doc) == 12
 
 
 def test_a_grow_reads_one_held_copy_of_each_group(tmp_path: Path, monkeypatch):
