@@ -4,6 +4,7 @@ Start-up stays light (`shardpack --help` imports typer and this module, nothing 
 command imports the library modules it needs, and help is plain text, without rich.
 """
 
+import difflib
 import functools
 import inspect
 import os
@@ -25,13 +26,24 @@ from shardpack.containers import CONTAINERS
 from shardpack.errors import (
     RESTORE_SHARD,
     FileAccessError,
+    Option,
     RecordError,
     ShardpackError,
     plural,
     printable,
 )
 from shardpack.index import UNWRITTEN
-from shardpack.options import FLAGS, PackOptions, as_flags, choice_options, option_types
+from shardpack.options import (
+    FLAGS,
+    RESIZE_ALIASES,
+    RESIZE_MODES,
+    PackOptions,
+    as_flags,
+    choice_options,
+    flag,
+    option_types,
+    said_as_flag,
+)
 from shardpack.packing.collector import long_lived
 from shardpack.sources import source_choices, sources_described
 from shardpack.sources.classlist import parse_classes
@@ -400,7 +412,8 @@ def preview(
             metavar="NAME", help="Split to draw from.  [default: train, else the first by name]"
         ),
     ] = None,
-    n: Annotated[int, typer.Option("--n", "-n", metavar="N", min=1, help="Records to show.")] = 64,
+    n: Annotated[int, typer.Option("-n", metavar="N", min=1, help="Records to show.")] = 64,
+    n_long: Annotated[Optional[int], typer.Option("--n", hidden=True, min=1)] = None,  # as before
     dest: Annotated[
         str,  # not a Path, which would make s3://b/x.png s3:/b/x.png before preview refuses it
         typer.Option(
@@ -423,6 +436,7 @@ def preview(
         from shardpack.read.preview import make_preview  # numpy: not for --help
 
         storage_options = _out_options(out, storage_option)
+        n = n if n_long is None else n_long
         drawn = make_preview(out, dest, split, n, seed, storage_options, overwrite)
     typer.echo(f"wrote {drawn.path}")
     if short := drawn.short_of(n):
@@ -511,7 +525,7 @@ def demo(
 def _usage_said(error: Exception) -> str:
     """click's message, with what a number flag takes in words: `--workers two` is "not a whole
     number of 1 or more", where click says "not a valid int range"."""
-    said = error.format_message()
+    said = _mode_meant(error) or error.format_message()
     kind = getattr(getattr(error, "param", None), "type", None)
     name = str(getattr(kind, "name", ""))
     if not name.startswith(("int", "float")) or f" is not a valid {name}." not in said:
@@ -522,6 +536,27 @@ def _usage_said(error: Exception) -> str:
               else f" of {high} or less" if high is not None else "")  # fmt: skip
     what = "a whole number" if name.startswith("int") else "a number"
     return said.replace(f" is not a valid {name}.", f" is not {what}{bounds}")
+
+
+# Words an unknown option may be that name a --resize-mode, not an option (`--crop`, `--pad`).
+_MODE_WORDS = {"crop": "center-crop", **{m: m for m in RESIZE_MODES}, **RESIZE_ALIASES}
+
+
+def _mode_meant(error: Exception) -> str:
+    """For an unknown option nearer a --resize-mode than any option of the command (`--corp`,
+    where click names `--root`): how to ask for that mode."""
+    name, ctx = getattr(error, "option_name", None) or "", getattr(error, "ctx", None)
+    if not name.startswith("--") or ctx is None or "resize_mode" not in {
+            p.name for p in ctx.command.params}:  # fmt: skip
+        return ""
+    word = name[2:].lower().replace("_", "-")
+    near = difflib.get_close_matches(word, _MODE_WORDS, n=1, cutoff=0.6)
+    longs = [o[2:] for p in ctx.command.params for o in p.opts if o.startswith("--")]
+    real = max((difflib.SequenceMatcher(None, word, o).ratio() for o in longs), default=0.0)
+    if not near or difflib.SequenceMatcher(None, word, near[0]).ratio() <= real:
+        return ""
+    mode = said_as_flag(Option("resize_mode", _MODE_WORDS[near[0]]))
+    return f"No such option: {name}; for that resize, write {flag('resize')} WxH {mode}"
 
 
 def _dash_path(error: Exception) -> str:

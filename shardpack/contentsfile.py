@@ -9,6 +9,7 @@ and every field checked against the index it must agree with.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -25,7 +26,7 @@ FORMAT = "shardpack-contents"
 MAX_CONTENTS_BYTES = 1 << 30
 # The JSON values (numbers, strings, lists, objects: each a Python object once parsed) a file
 # may hold per record and skipped item it describes, and per shard: what a pack writes is
-# well under each (8 a record, 11 one of a --dedup near dataset, and 4 more for each of the 4
+# well under each (9 a record, 11 one of a --dedup near dataset, and 4 more for each of the 4
 # reasons a record lost boxes for: a DROPPED_IN row; 11 a copy --dedup left out); past them it
 # is planted, and refused unread.
 VALUES_PER_ITEM = 32
@@ -43,7 +44,8 @@ _MOST = {"crc": _CRC_MOST, "width": 2**32 - 1, "height": 2**32 - 1, "size": MAX_
          "stored": MAX_COUNT}  # fmt: skip
 
 # One shard's: "keys", "crc", "size", "width", "height", "stored" (the image's bytes as the
-# record holds it; each of these three 0: not noted, by a version before it), "meta", "copy"
+# record holds it; each of these three 0: not noted, by a version before it), "meta", "digest"
+# (of its bytes, hex; "": not noted, by a version before it), "copy"
 # (one per record), "label_counts", "tally" ([what, value, count]), "lossless" ([the images
 # --encode keep made PNG]; absent: not noted, by a version before it), "sha256" ([the shard's];
 # absent: not noted, by a version before it), "skipped" and "reasons" (one per item skipped)
@@ -207,7 +209,7 @@ def _filled(entry: Entry) -> Entry:
     such figures out (packing/stats.py), and a copy 0 (none known) is confirmed by its bytes."""
     n = len(entry["keys"])
     older = {"width": [0] * n, "height": [0] * n, "stored": [0] * n, "meta": [None] * n,
-             "copy": [0] * n, "tally": [],
+             "digest": [""] * n, "copy": [0] * n, "tally": [],
              "reasons": ["skipped"] * len(entry["skipped"])}  # fmt: skip
     return {**entry, **{k: v for k, v in older.items() if k not in entry}}  # entry's order kept
 
@@ -230,9 +232,10 @@ def _agrees(entry: object, records: int, one_label: bool) -> bool:
     more = {k: entry[k] for k in ("width", "height", "stored", "meta", "copy") if k in entry}
     noted = ["skipped"] * len(skipped) if isinstance(skipped, list) else None  # no reasons kept
     tally, reasons = entry.get("tally", []), entry.get("reasons", noted)
-    lossless = entry.get("lossless", [0])
+    lossless, digests = entry.get("lossless", [0]), entry.get("digest", [""] * records)
     return (
         all(isinstance(v, list) for v in (keys, crc, size, counts, skipped, tally, reasons))
+        and _digests(digests, records)
         and isinstance(lossless, list)
         and len(lossless) == 1
         and all(isinstance(v, list) and len(v) == records for v in more.values())
@@ -248,6 +251,15 @@ def _agrees(entry: object, records: int, one_label: bool) -> bool:
         and tally_fits(tally, records)
         and (not one_label or sum(counts) <= records)
     )
+
+
+def _digests(digests: object, records: int) -> bool:
+    """Whether `digests` is a shard's: a record's 32 hex digits each, or "" (not noted)."""
+    return (isinstance(digests, list) and len(digests) == records and _only(digests, str)
+            and all(not d or (len(d) == 32 and _HEX.fullmatch(d)) for d in digests))  # fmt: skip
+
+
+_HEX = re.compile(r"[0-9a-f]{32}")
 
 
 def _only(values_: list, kind: type) -> bool:

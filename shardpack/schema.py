@@ -18,6 +18,10 @@ DTYPES = ("int64", "float32", "bytes")
 # Written by the worker for every record from the image itself; no source may use these names.
 BUILTIN_NAMES = ("image", "height", "width", "channels", "format", "key")
 LABEL = "label"
+# The feature holding a record's instance-id map: one lossless PNG an image (0 background, i
+# the i-th object of objects/*), not a PNG per object: one decode gives every object, an
+# image of many small objects costs one small file, and it is TFDS's and Cityscapes' form.
+MASK = "mask"
 # A [-1, 4] float feature under one of these names holds boxes, [ymin, xmin, ymax, xmax]
 # normalised as TFDS stores them: declared as TFDS bounding boxes and moved with the pixels.
 BOX_NAMES = ("boxes", "bbox", "bboxes", "objects/bbox")
@@ -299,3 +303,10 @@ def decode_value(feature: Feature, values: list) -> object:
     import numpy as np
 
     return np.asarray(values, feature.dtype).reshape(-1, *feature.shape[1:])
+
+
+def is_mask(name: str, feature: Feature) -> bool:
+    """Whether a feature is an instance-id map: one bytes value (a PNG) named ...MASK; a text
+    one (a manifest's column of mask file paths) is not."""
+    return (name.rpartition("/")[2] == MASK and feature.dtype == "bytes" and not feature.text
+            and not feature.is_list)  # fmt: skip

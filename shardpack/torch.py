@@ -718,7 +718,7 @@ def collate_objects(
     """A DataLoader's collate_fn for object datasets, giving what torchvision's detection models
     take: a list of images (float32 3 x H x W in [0, 1]) and a list of targets, one a record,
     {"boxes": float32 [n, 4] [xmin, ymin, xmax, ymax] in pixels, "labels": int64 [n]}, and
-    with `masks` (an instance-id map feature: packing/objects.py's MASK) "masks": uint8
+    with `masks` (an instance-id map feature: schema.py's MASK) "masks": uint8
     [n, H, W] as Mask R-CNN takes them (all 0 for a record without a map); records hold
     different numbers of objects, so nothing is stacked. Use with ShardDataset's defaults
     (decode=True, layout="chw"): `DataLoader(ds, batch_size=8, collate_fn=collate_objects)`, or

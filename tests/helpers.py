@@ -377,7 +377,8 @@ def flat(value: object) -> list:
 
 # A split as its container's audience reads it, every feature of every record in `flat`'s form:
 # TFRecords by tf.data, ArrayRecords by Grain (records parsed by the protobuf classes of the
-# `tfrecord` package: no TensorFlow), tars by webdataset (the image, .cls and .json).
+# `tfrecord` package: no TensorFlow), tars by webdataset (the image, .cls, .<name>.bin and
+# .json).
 READ_EXAMPLES = f"""
 import contextlib, json, os, sys, warnings
 warnings.simplefilter("ignore")
@@ -419,6 +420,8 @@ else:
         record["image"] = flat(next(sample[e] for e in ("jpg", "png", "webp") if e in sample))
         if "cls" in sample:
             record["label"] = [int(sample["cls"])]
+        for member in (m for m in sample if m.endswith(".bin")):  # a feature of bytes: its own
+            record[member.removesuffix(".bin").replace(".", "/")] = flat(sample[member])
         read.append(record)
 print(json.dumps(read))
 """

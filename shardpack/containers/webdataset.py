@@ -3,9 +3,12 @@
 Each sample is members sharing one dot-free key, unique in the dataset and the same on every
 pack: the shard's split and index, then the record's number in it (`train-000003_000012`), in
 this order: the image (`.jpg`, `.png`, `.webp`, or `.npy` for raw pixels), `.cls` (the label as
-decimal text, where it is one class index) and `.json` (every other feature: the source key,
-height, width, channels, format and any extra feature). Members are USTAR headers with mtime
-0, uid and gid 0, no owner names and mode 0644, so equal records give equal bytes. Positions
+decimal text, where it is one class index), a member `.<feature>.bin` of each feature of bytes
+that are no text (COCO's `mask` PNG, a Parquet binary column: `objects/mask` as
+`.objects.mask.bin`) and `.json` (every other feature: the source key, height, width, channels,
+format and any extra feature; packs from before kept those bytes in it, as \\udcXX escapes:
+they still read). Members are USTAR headers with mtime 0, uid and gid 0, no owner names and
+mode 0644, so equal records give equal bytes. Positions
 are byte offsets of each sample's first header. Beside the shards, each split gets the shard
 index JSON of webdataset's `wids` (`{name}-{split}.shardindex.json`: `shardlist` with `url`,
 `nsamples` and `filesize`).
@@ -59,7 +62,15 @@ _EXTENSIONS = {"jpeg": "jpg", "png": "png", "webp": "webp", "raw": "npy"}
 _FORMATS = {ext: fmt for fmt, ext in _EXTENSIONS.items()}
 _BLOCK = tarfile.BLOCKSIZE  # 512
 _RECORD = tarfile.RECORDSIZE  # tar files end padded to a multiple of 20 blocks
-_MEMBER = re.compile(r"^(?P<key>[0-9A-Za-z_-]+)\.(?P<ext>[a-z]+)$")
+_MEMBER = re.compile(r"^(?P<key>[0-9A-Za-z_-]+)\.(?P<ext>[a-z]+|[0-9A-Za-z_.-]+\.bin)$")
+# A feature of bytes that are no text is a member of its own, `<key>.<name>.bin` ('/' in its
+# name as '.'), where its name is of these: webdataset, wids and datasets key a sample by what
+# comes before the member name's first dot and take the rest for the field. Not `.png` for a
+# mask: a record with no objects holds an empty one, which no PNG decoder takes.
+_BYTES_NAME = re.compile(r"[0-9A-Za-z_-]+(?:/[0-9A-Za-z_-]+)*")
+BIN = "bin"
+_MAX_BYTES_MEMBERS = 256  # of one sample: past this a sample is refused, not read on
+_MOST_DIGITS = 8  # of a record's number in its shard's keys (6, and more past a million)
 _MAX_LABEL_DIGITS = 20  # an int64 in decimal
 CAPTION, TEXT = "caption", "txt"
 IMG2DATASET = "img2dataset"  # the --wds-naming value
@@ -187,21 +198,34 @@ def _npy(features: Features) -> bytes:
     return buffer.getvalue()
 
 
+def bytes_members(schema: Schema | None) -> dict[str, str]:
+    """Each feature of the schema written as a member of its own (bytes that are no text, one
+    value a record, under a name _BYTES_NAME takes) -> its member's extension (a writer keeps
+    it in the .json where the name would not fit a tar header beside its keys)."""
+    if schema is None:
+        return {}
+    return {name: f"{name.replace('/', '.')}.{BIN}" for name, f in schema.extras.items()
+            if f.dtype == "bytes" and not f.text and not f.is_list
+            and _BYTES_NAME.fullmatch(name)}  # fmt: skip
+
+
 def sample_members(
-    key: str, features: Features, naming: str = "shardpack"
+    key: str, features: Features, naming: str = "shardpack", apart: dict[str, str] | None = None
 ) -> list[tuple[str, bytes]]:
     """The (extension, bytes) of one sample's members (`<key>.<extension>`), in the order they
     are written: the image, the label as .cls when it is one class index (else it stays in the
-    JSON), with img2dataset's naming the caption as .txt, then the .json."""
+    JSON), with img2dataset's naming the caption as .txt, each feature of `apart`
+    (bytes_members) as its own member, then the .json."""
     fmt = features[FORMAT]
     fmt = fmt.decode() if isinstance(fmt, bytes) else fmt
     image = _npy(features) if fmt == "raw" else bytes(features[IMAGE])
     label = features.get(LABEL)
     cls = type(label) is int
+    apart = apart or {}
     rest = {  # most values as they are: no call a value
         k: v if type(v) in _AS_THEY_ARE else _json_value(v)
         for k, v in features.items()
-        if k != IMAGE and (k != LABEL or not cls)
+        if k != IMAGE and (k != LABEL or not cls) and k not in apart
     }
     members = [(_EXTENSIONS[fmt], image)]
     if cls:
@@ -210,6 +234,7 @@ def sample_members(
         rest = _img2dataset_json(key, rest)
         if CAPTION in rest:
             members.append((TEXT, str(rest[CAPTION]).encode()))
+    members.extend((ext, bytes(features[name])) for name, ext in apart.items() if name in features)
     return [*members, ("json", _json(rest))]
 
 
@@ -239,20 +264,26 @@ class _Writer(ShardWriter):
     def _open(self, sink: Sink) -> None:
         self._out = HashingFile(sink)
         self._stem = _key_stem(self.name)
+        # a member's name is 100 bytes at most: key, '_', the record's number, '.', extension
+        room = len(_NAME_FIELD) - len(self._stem) - 1 - _MOST_DIGITS - 1
+        self._apart = {n: e for n, e in bytes_members(self.schema).items() if len(e) <= room}
+        self._suffixes = {**_SUFFIXES, **{ext: (b"." + ext.encode(), sum(b"." + ext.encode()))
+                                          for ext in self._apart.values()}}  # fmt: skip
 
     def _append(self, features: Features) -> int:
         out, offset = self._out, self._out.size
         key = f"{self._stem}_{len(self.offsets):06d}"
         raw = key.encode("ascii")  # the stem and number are ASCII: a member's name summed once
         raw_sum = sum(raw)
-        (ext, image), *small = sample_members(key, features, self.naming)
-        suffix, suffix_sum = _SUFFIXES[ext]
+        (ext, image), *small = sample_members(key, features, self.naming, self._apart)
+        suffixes = self._suffixes
+        suffix, suffix_sum = suffixes[ext]
         head = _named_header(raw + suffix, raw_sum + suffix_sum, len(image))
         # the small members, with the image's padding, in one piece: a write each costs more
         # than joining them, here and in the thread that hashes and writes them
         parts = [_PADDINGS[-len(image) % _BLOCK]]
         for ext, data in small:
-            suffix, suffix_sum = _SUFFIXES[ext]
+            suffix, suffix_sum = suffixes[ext]
             size = len(data)
             parts += (_named_header(raw + suffix, raw_sum + suffix_sum, size), data,
                       _PADDINGS[-size % _BLOCK])  # fmt: skip
@@ -303,7 +334,7 @@ class _Tar:
         """(the sample at `offset`, the shard's `number`th, and the next sample's offset); None
         at the end-of-archive.
 
-        A sample is the members from its image to its .json (four at most); its key must name
+        A sample is the members from its image to its .json; its key must name
         this shard's split and the record's number, as the writer keyed it (the shard's index
         in it may be one an --update's renumbering moved it from; packed before keys named
         their shard, the number alone): a tar of another split put in this one's place is
@@ -343,14 +374,26 @@ class _Tar:
         self.blob.close()
 
 
-_BETWEEN = ([], ["cls"], [TEXT], ["cls", TEXT])  # what may come between an image and its .json
+# What may come between an image and its .json, before its features' own members (.<name>.bin)
+_BETWEEN = ([], ["cls"], [TEXT], ["cls", TEXT])
 
 
 def _may_go_on(members: list[tuple[str, str, bytes]]) -> bool:
     """Whether a sample's members so far (no .json yet) may be followed by more: a wrong one
     ends it, to be refused by name, not read past."""
-    between = [ext for _, ext, _ in members[1:]]
-    return any(allowed[: len(between)] == between for allowed in _BETWEEN)
+    fixed, apart = _parted([ext for _, ext, _ in members[1:]])
+    return len(apart) < _MAX_BYTES_MEMBERS and (
+        fixed in _BETWEEN if apart else any(a[: len(fixed)] == fixed for a in _BETWEEN)
+    )
+
+
+def _parted(between: list[str]) -> tuple[list[str], list[str]]:
+    """The members between an image and its .json as (the .cls and .txt before the features'
+    own members, those members): one of another kind after a feature's is in the first."""
+    count = len(between)
+    while count and between[count - 1].endswith("." + BIN):
+        count -= 1
+    return between[:count], between[count:]
 
 
 def _decode(
@@ -363,10 +406,11 @@ def _decode(
         return RecordError(path, offset, reason)
 
     (key, image_ext, image), *middle, (_, json_ext, text) = members
-    between = [ext for _, ext, _ in middle]
+    between, _ = _parted([ext for _, ext, _ in middle])
     labelled = between[:1] == ["cls"]
     if {k for k, _, _ in members} != {key} or json_ext != "json" or between not in _BETWEEN:
-        raise bad(f"sample {key!r} is not <key>.<image>, [<key>.cls], [<key>.txt], <key>.json")
+        raise bad(f"sample {key!r} is not <key>.<image>, [<key>.cls], [<key>.txt], "
+                  "[<key>.<feature>.bin ...], <key>.json")  # fmt: skip
     if image_ext not in _FORMATS:
         raise bad(f"sample {key!r} has no image member (.jpg, .png, .webp or .npy)")
     cls = middle[0][2] if labelled else b"0"
@@ -391,6 +435,11 @@ def _decode(
     example: Example = {k: _listed(v) for k, v in rest.items()}
     if past := next((k for k, v in example.items() for n in v if _past_int64(n)), None):
         raise bad(f"{key}.json: {past!r} holds an integer past int64")
+    for _, ext, data in middle[len(between) :]:
+        name = ext.removesuffix("." + BIN).replace(".", "/")
+        if name in example:  # in the .json too, or twice: which is the record's?
+            raise bad(f"{key}.{ext} beside another value of {name!r} (readers would differ on it)")
+        example[name] = [data]
     if labelled:
         example[LABEL] = [int(cls)]
     example[IMAGE] = [_pixels(image, path, offset) if image_ext == "npy" else image]
@@ -521,10 +570,13 @@ def _no_caption(naming: str, schema: Schema) -> list[str]:
 
 
 def _binary_in_json(schema: Schema) -> list[str]:
-    """A line where features of bytes that are no text (COCO's `mask` PNG, a Parquet binary
-    column) ride in each sample's .json, as \\udcXX escapes of their bytes past ASCII: json
-    reads them back, but `datasets.load_dataset` (pyarrow) refuses such strings."""
-    binary = [name for name, f in schema.extras.items() if f.dtype == "bytes" and not f.text]
+    """A line where features of bytes that are no text but are no member of their own (a list
+    of them, or a name a member cannot take: bytes_members) ride in each sample's .json, as
+    \\udcXX escapes of their bytes past ASCII: json reads them back, but
+    `datasets.load_dataset` (pyarrow) refuses such strings."""
+    apart = bytes_members(schema)
+    binary = [name for name, f in schema.extras.items()
+              if f.dtype == "bytes" and not f.text and name not in apart]  # fmt: skip
     if not binary:
         return []
     said = ", ".join(map(repr, binary[:3])) + (", ..." if len(binary) > 3 else "")

@@ -27,9 +27,8 @@ from shardpack.errors import ImageError, Option, ShardpackError
 from shardpack.index import Index
 from shardpack.options import DEFAULT_MAX_PIXELS, PackOptions, box_column
 from shardpack.packing import masks
-from shardpack.packing.objects import is_mask
 from shardpack.packing.tfdsmeta import is_box
-from shardpack.schema import BOX_REACH, Feature, Schema
+from shardpack.schema import BOX_REACH, Feature, Schema, is_mask
 
 # The last part of a feature's name that says it holds geometry of the image: a transform must
 # move it or the run is refused. Boxes under tfdsmeta.BOX_NAMES (float32 rows of 4) are moved.
@@ -229,9 +228,10 @@ def _moved_points(value: object, where: tuple[Move, ...], row: int) -> np.ndarra
     """Rows of (x, y, v) triples, normalised, taken through `where`: a point that leaves the
     image [0, 1) or was not labelled (v 0) becomes (0, 0, 0)."""
     points = np.asarray(value, np.float64).reshape(-1, 3)
-    yx = points[:, [1, 0]]
+    yx, apart = points[:, [1, 0, 1, 0]], _APART  # each point a box of no size, as move_points
     for move in where:
-        yx = move.move_points(yx)
+        yx, apart = _move(yx, apart, move)
+    yx = yx[:, :2]
     inside = ((yx >= 0) & (yx < 1)).all(axis=1) & (points[:, 2] > 0)
     out = np.zeros_like(points)
     out[inside] = np.column_stack([yx[:, 1], yx[:, 0], points[:, 2]])[inside]
@@ -265,23 +265,30 @@ def _moved(
     albumentations measures it: the share of the moved box that the canvas holds)."""
     inside = moved = np.clip(rows, 0.0, 1.0)
     seen = np.ones(len(rows))
-    # how far off each edge may be, in the image's units: the moves take it along, unclipped,
-    # as the last two rows (ROUNDING and 0: their difference)
-    n, apart = len(rows), _APART
+    apart = _APART
     for move in where:
-        whole = move.move_boxes(np.concatenate([moved, apart]))
-        apart, whole = whole[n:], whole[:n]
-        rounding = np.abs(apart[0] - apart[1])
-        # an edge within rounding of the canvas's edge is on it: a box that ended where the
-        # crop begins keeps no sliver of 1e-7 (a float32 row's last bit, scaled by the cut)
-        whole[np.abs(whole) <= rounding] = 0.0
-        whole[np.abs(whole - 1) <= rounding] = 1.0
+        whole, apart = _move(moved, apart, move)
         moved = np.clip(whole, 0.0, 1.0)
         seen *= _area(moved) / np.maximum(_area(whole), np.finfo(np.float64).tiny)
     kept = np.where(seen >= min_visibility, "", HIDDEN)
     lost = np.where(_has_area(inside), CROPPED, np.where(_has_area(rows), OUTSIDE, NO_AREA))
     reasons = np.where(_has_area(moved), kept, lost)
     return moved, reasons
+
+
+def _move(rows: np.ndarray, apart: np.ndarray, move: Move) -> tuple[np.ndarray, np.ndarray]:
+    """Box rows taken through one move, unclipped, each edge within float32's rounding of the
+    canvas's edge on it; and `apart` (how far off an edge may be, in the image's units: rows
+    ROUNDING and 0, their difference) taken along for the next move."""
+    n = len(rows)
+    whole = move.move_boxes(np.concatenate([rows, apart]))
+    apart, whole = whole[n:], whole[:n]
+    rounding = np.abs(apart[0] - apart[1])
+    # a box that ended where the crop begins keeps no sliver of 1e-7, a keypoint on the crop's
+    # edge stays in (a float32 row's last bit, scaled by the cut)
+    whole[np.abs(whole) <= rounding] = 0.0
+    whole[np.abs(whole - 1) <= rounding] = 1.0
+    return whole, apart
 
 
 def _has_area(boxes: np.ndarray) -> np.ndarray:

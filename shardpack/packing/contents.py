@@ -111,6 +111,9 @@ def _columns(spec: ShardSpec, result: ShardResult) -> dict[str, list | np.ndarra
         "height": rows["height"],
         "stored": rows["stored"],
         "meta": [meta_of(labels[i], fields[i]) for i in written],
+        # each record's digest of its bytes (facts.content_digest) as hex: a grow knows a held
+        # image by it with no read (a file renamed or moved; "": not noted, a journal's before)
+        "digest": _hex(rows["digest"]),
         "label_counts": list(result.label_counts),
         "tally": [list(t) for t in result.tally],
         "lossless": [result.lossless],
@@ -118,6 +121,12 @@ def _columns(spec: ShardSpec, result: ShardResult) -> dict[str, list | np.ndarra
         "skipped": skipped,
         "reasons": [reasons.get(key, "skipped") for key in skipped],
     }
+
+
+def _hex(digests: np.ndarray) -> list[str]:
+    """Each 16-byte digest as 32 hex digits; "" for one not noted (all zeros)."""
+    text = digests.tobytes().hex()
+    return [text[i : i + 32].strip("0") and text[i : i + 32] for i in range(0, len(text), 32)]
 
 
 def copy_numbers(groups: list[list[tuple]]) -> dict[str, int]:

@@ -82,11 +82,15 @@ def labelling(label: object, fields: Mapping[str, object]) -> object:
     annotated size (never written). Copies of two labellings are a label conflict."""
     said = {name: value for name, value in fields.items()
             if name != ANNOTATED_SIZE and name.rsplit("/", 1)[-1] != "id"}  # fmt: skip
-    return meta_of(label, said) if said else label
+    return meta_of(label, said)  # a held record's meta (contents.py), where it has no id
 
 
-def _member(entry: Entry) -> Member:
+def _member(entry: Entry, labelled: Mapping[str, object] | None = None) -> Member:
+    """A copy as groups hold it; its labelling the one `labelled` gives by key, where it does
+    (a held record a grow no longer lists: its meta), else its item's."""
     split, item = entry
+    if labelled and (said := labelled.get(item.key)) is not None:
+        return split, item.key, said
     return split, item.key, labelling(item.label, item.fields)
 
 
@@ -118,6 +122,7 @@ def confirm(
     options: PackOptions,
     known: Sequence[int] | None = None,
     digests: Sequence[bytes | None] | None = None,
+    labelled: Mapping[str, object] | None = None,
 ) -> list[Group]:
     """Split each candidate set by the digest of its bytes (facts.content_digest): the one
     `digests` gives (read already), else read through the source's loader; the groups of two
@@ -125,7 +130,7 @@ def confirm(
     many pairs of image URLs are fetched many at a time, not a pair at a time. `known`: per
     entry, a number it shares with the entries already known to hold its bytes (0: none): one
     of those is read for all (a grow's held copies, contents.py), none where a set holds
-    nothing else."""
+    nothing else. `labelled`: as _member takes it."""
     load, cache, limit = dataset.source.load, {}, max_file_bytes(options.max_pixels)
     every = []  # per set: the entry digested -> the entries it stands for
     groups: list[Group] = []
@@ -136,7 +141,7 @@ def confirm(
             number = known[p] if known is not None else 0
             alike[first.setdefault(number, p) if number else p].append(p)
         if len(alike) == 1:  # known copies alone: nothing to confirm (no held URL fetched)
-            groups.append([_member(entries[q]) for q in next(iter(alike.values()))])
+            groups.append([_member(entries[q], labelled) for q in next(iter(alike.values()))])
         else:
             every.append(alike)
     found = {p: digests[p] for alike in every for p in alike} if digests else {}
@@ -152,7 +157,7 @@ def confirm(
         by_digest: dict[bytes, Group] = defaultdict(list)
         for p, stands_for in alike.items():
             if found[p] is not None:
-                by_digest[found[p]] += [_member(entries[q]) for q in stands_for]
+                by_digest[found[p]] += [_member(entries[q], labelled) for q in stands_for]
         groups += [g for g in by_digest.values() if len(g) > 1]
     return _ordered(groups)
 
@@ -407,18 +412,19 @@ def find_groups(
     dataset: Dataset,
     options: PackOptions,
     known: Sequence[int] | None = None,
+    labelled: Mapping[str, object] | None = None,
 ) -> tuple[list[Group], dict[Member, int], int]:
     """The groups of copies among `entries` (whose content keys are `keys`: near ones too with
-    --dedup near; `known` as confirm takes it), each its kept copy first; the number of each
-    exact copy's exact group; how many images sat in a crowded near bucket."""
+    --dedup near; `known` and `labelled` as confirm takes them), each its kept copy first; the
+    number of each exact copy's exact group; how many images sat in a crowded near bucket."""
     crc = np.array([k.crc for k in keys], np.uint32)
     size = np.array([k.size for k in keys], np.uint64)
     digests = [k.digest for k in keys]
-    groups = confirm(candidates(size, crc), entries, dataset, options, known, digests)
+    groups = confirm(candidates(size, crc), entries, dataset, options, known, digests, labelled)
     same = {member: i for i, group in enumerate(groups) for member in group}
     crowded = 0
     if options.dedup == "near":
-        groups, crowded = _near_groups(keys, entries, groups, options.near_distance)
+        groups, crowded = _near_groups(keys, entries, groups, options.near_distance, labelled)
     return groups, same, crowded
 
 
@@ -485,8 +491,9 @@ def content_keys(
 
 
 def _near_groups(
-    keys: list[ContentKey], entries: list[Entry], exact: list[Group], distance: int
-) -> tuple[list[Group], int]:
+    keys: list[ContentKey], entries: list[Entry], exact: list[Group], distance: int,
+    labelled: Mapping[str, object] | None = None,
+) -> tuple[list[Group], int]:  # fmt: skip
     """The groups of images whose perceptual hashes are within `distance` bits of the kept
     one's (near.star_groups: never a chain), each exact group inside one (an image with no
     hash is in its exact group alone); and how many images sat in a crowded bucket."""
@@ -500,7 +507,7 @@ def _near_groups(
     members: dict[int, Group] = defaultdict(list)  # the images of each hash that has company
     for position, u in zip(live, inverse.ravel().tolist(), strict=True):
         if wanted[u]:
-            members[u].append(_member(entries[position]))
+            members[u].append(_member(entries[position], labelled))
     for group in members.values():
         group.sort(key=_kept_first)
     order = sorted(members, key=lambda u: _kept_first(members[u][0]))

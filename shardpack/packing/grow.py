@@ -17,7 +17,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -144,6 +144,9 @@ class Change:
     reread: frozenset[str] = frozenset()  # skipped when packed, their files changed: new again
     # key -> the stamp of each held item read, as listed before its read (stamps.with_listed)
     listed: dict[str, stamps.Stamp] = field(default_factory=dict)
+    # --append: items SRC lists under a new key that are held records it no longer lists (their
+    # bytes, label and fields): a file renamed or moved, a Hub dataset's rows as it re-shards
+    moved: int = 0
 
     def summary(self, mode: str, rewritten: int) -> dict[str, object]:
         """The run's counts, as the history and the summary give them: --append changes and
@@ -273,6 +276,7 @@ class GrowPack:
         self.held = self.held.without_skips(gone)
         self.contents = self.held.shards
         change = _compare(dataset, self.held, self.known, self.skips, options, self.workers)
+        change = _moved(dataset, change, self.contents, options, self.workers)
         self.stamped = dict(change.listed)  # what a worker notes of an item read before it
         # a skip read again is noted again by the shard that reads it (or none)
         self.held = self.held.without_skips(change.reread)
@@ -287,7 +291,7 @@ class GrowPack:
             new = (item for items in change.new.values() for item in items)  # read by --dedup
             self.stamped.update(stamps.listed_before_read(dataset.source, dataset.root, new))
             self.copies = _copies(dataset, self.contents, change, options, update, self.workers,
-                                  listed=self.stamped)  # fmt: skip
+                                  listed=self.stamped, splits=_shard_splits(old))  # fmt: skip
             dataset, change = _without(dataset, change, self.copies, self.contents, update)
             change = _kept_now(dataset, change, self.copies)
         self.fetched.seal()  # the workers fetch the rest unkept
@@ -315,7 +319,8 @@ class GrowPack:
         # a skipped item gone from SRC, or what the scan says of SRC's other files changed
         if copies is None and (loose != self.held.loose or rescanned or classed):
             update = options.grow == "update"
-            copies = _copies(dataset, contents, change, options, update, self.workers)
+            copies = _copies(dataset, contents, change, options, update, self.workers,
+                             splits=_shard_splits(old))  # fmt: skip
         told = copies and _told(old, dataset, contents, loose, copies, options)
         retold = bool(told) and (told != {k: getattr(old, k) for k in told} or
                                  loose != self.held.loose or classed)  # fmt: skip
@@ -347,7 +352,8 @@ class GrowPack:
         fresh = {spec.file: fresh[spec.file] for spec in plan.shards}
         if self.later:
             copies = _copies(dataset, contents, change, options, options.grow == "update",
-                             self.workers, written_keys(plan, results))  # fmt: skip
+                             self.workers, written_keys(plan, results),
+                             splits=_shard_splits(old))  # fmt: skip
         summary = change.summary(options.grow, len(touched))
         mended = _packed_again(self.again, fresh)
         summary["added"] -= len(self.again) - mended  # failing again: listed already, not added
@@ -879,6 +885,45 @@ def _compare(
                   again, listed)  # fmt: skip
 
 
+def _moved(
+    dataset: Dataset, change: Change, contents: dict[str, Entry], options: PackOptions,
+    threads: int,
+) -> Change:  # fmt: skip
+    """--append: the change without the new items that are held records SRC no longer lists
+    by their key (a file renamed or moved; a Hub dataset whose Parquet files are renamed as it
+    grows, `train-00000-of-00001` to `-of-00002`, every row's key `file:row` new): an item of
+    the bytes (contents.json's digest) and the label and fields (meta) of such a record is it,
+    left as packed, not packed twice. Where a held record vanished, each new item is read for
+    it (on `threads` threads; its worker reads it again), but a whole file whose stat gives
+    another size than every such record's: a table's new rows, once more."""
+    if options.grow != "append" or not change.vanished or not any(change.new.values()):
+        return change
+    listed = {item.key for items in dataset.splits.values() for item in items}
+    gone: Counter[tuple] = Counter()  # (crc, size, digest, meta) of the records SRC lost
+    for key, (file, i, size, said) in change.held.items():
+        if key not in listed and said is not None and (digest := contents[file]["digest"][i]):
+            gone[contents[file]["crc"][i], size, digest, said] += 1
+    if not gone:  # packed before contents.json noted digests: nothing to know them by
+        return change
+    new = [(split, item) for split, items in change.new.items() for item in items]
+    # a whole file of another size than every lost record's is none of them: not read
+    sizes = {size for _, size, _, _ in gone}
+    now = stamps.take_stamps(dataset.source, dataset.root, (item for _, item in new))
+    new = [entry for entry, stamp in zip(new, now, strict=True) if not stamp or stamp[0] in sizes]
+    found = set()
+    for (_, item), key in zip(new, content_keys(new, dataset, options, threads), strict=True):
+        alike = (key.crc, key.size, key.digest.hex() if key.digest else "", meta(item))
+        if gone[alike] > 0:
+            gone[alike] -= 1
+            found.add(item.key)
+    if not found:
+        return change
+    kept = {split: [item for item in items if item.key not in found]
+            for split, items in change.new.items()}  # fmt: skip
+    return replace(change, new={split: items for split, items in kept.items() if items},
+                   vanished=change.vanished - len(found), moved=len(found))  # fmt: skip
+
+
 def _reread(
     tried: list[tuple[str, Item]], skips: dict[str, tuple[int, int]], dataset: Dataset
 ) -> list[tuple[str, Item]]:
@@ -922,7 +967,7 @@ def _kept_now(dataset: Dataset, change: Change, copies: Copies) -> Change:
 def _copies(
     dataset: Dataset, contents: dict[str, Entry], change: Change, options: PackOptions,
     update: bool, threads: int, written: dict[str, duplicates.ContentKey] | None = None,
-    listed: Mapping[str, stamps.Stamp] | None = None,
+    listed: Mapping[str, stamps.Stamp] | None = None, splits: Mapping[str, str] | None = None,
 ) -> Copies:  # fmt: skip
     """The copies among the items the grown dataset will hold, as a fresh pack of SRC finds
     them: the held items keyed by contents.json (or as _compare read them), as are the copies
@@ -932,7 +977,9 @@ def _copies(
     shard, keeps the held copy of a group that has one. `written`: the new items' keys as
     their workers took them (then one they skipped is no member). Those read now are read on
     `threads` threads, fetching as that many workers (the run's); `listed`: the stamps listed
-    before their reads (content_keys')."""
+    before their reads (content_keys'). --append keeps the records SRC no longer lists (a file
+    renamed or moved): those whose digest contents.json notes are members too, known unread
+    (`splits`: each shard's split), so that a new name of a held image is its copy."""
     held, read = change.held, change.read
     new = {item.key for items in change.new.values() for item in items}
     changed = {item.key for items in change.changed.values() for item in items}
@@ -964,6 +1011,13 @@ def _copies(
             else:
                 continue  # skipped when packed: not in the dataset
             members.append((split, item))
+    labelled = {}  # the held records SRC no longer lists: each one's meta, as its labelling
+    listed_now = () if update else {item.key for items in dataset.splits.values() for item in items}
+    for split, item, key, number, said in _vanished(change, contents, splits, listed_now):
+        members.append((split, item))
+        keys.append(key)
+        known.append(number)
+        labelled[item.key] = said
     unread = [i for i, key in enumerate(keys) if key is None]
     marks: list[stamps.Stamp] = [(row[3], row[6]) if (row := change.left.get(item.key)) and
                                  row[6] else None for _, item in members]  # fmt: skip
@@ -971,7 +1025,8 @@ def _copies(
                                    listed)  # fmt: skip
     for i, key in zip(unread, read, strict=True):
         keys[i], marks[i] = key, key.stamp
-    groups, same, crowded = duplicates.find_groups(members, keys, dataset, options, known)
+    groups, same, crowded = duplicates.find_groups(members, keys, dataset, options, known,
+                                                   labelled)  # fmt: skip
     if options.dedup == "none":
         return Copies(groups, {})
     # (split, key) of the copies --append must keep: held ones
@@ -985,6 +1040,33 @@ def _copies(
     dropped = {m: r for m, r in duplicates.drop_reasons(groups, same).items() if m not in fixed}
     noted = duplicates.noted(members, keys, groups, dropped, marks)
     return Copies(groups, dropped, yielded, crowded, noted)
+
+
+def _shard_splits(index: Index) -> dict[str, str]:
+    """Each shard's split, by its file."""
+    return {shard.file: name for name, split in index.splits.items() for shard in split.shards}
+
+
+def _vanished(
+    change: Change, contents: dict[str, Entry], splits: Mapping[str, str] | None,
+    listed: Collection[str],
+) -> Iterator[tuple[str, Item, duplicates.ContentKey, int, int]]:  # fmt: skip
+    """(split, item, content key, known copy number, meta) of each held record whose key SRC
+    no longer lists (`listed`: those it does; none: --update, which drops them) and whose
+    digest and meta contents.json notes (an older pack's: none), never read (its item names no
+    file: the digest confirms it)."""
+    if not change.vanished or splits is None or not listed:
+        return
+    for key, (file, i, size, said) in change.held.items():
+        entry = contents.get(file)
+        if key in listed or entry is None or said is None or not entry["digest"][i]:
+            continue
+        if file not in splits:
+            continue
+        yield (splits[file], Item(key, None, "", size),
+               duplicates.ContentKey(entry["crc"][i], size, change.near.get(key),
+                                     bytes.fromhex(entry["digest"][i])),
+               entry["copy"][i], said)  # fmt: skip
 
 
 def written_keys(plan: Plan, results: list[ShardResult]) -> dict[str, duplicates.ContentKey]:
@@ -1301,10 +1383,16 @@ def _said(change: Change, mode: str, copies: Copies | None) -> tuple[str, ...]:
         kinds = [plural(count, f"{kind} item") for count, kind in
                  ((changed, "changed"), (change.vanished, "vanished")) if count]  # fmt: skip
         moved = (" (a file renamed or moved in SRC is a vanished item and a new one: its image "
-                 "is now held twice, which index.json's copies do not count)"
+                 "is now held twice, one of index.json's copies; a dataset packed with --dedup "
+                 "exact skips it)"
                  if change.vanished and any(change.new.values()) else "")  # fmt: skip
         said.append(f"{' and '.join(kinds)} left as packed{moved}; pack with --update to bring "
                     f"{'it' if changed + change.vanished == 1 else 'them'} in line")  # fmt: skip
+    if mode == "append" and change.moved:
+        said.append(f"{plural(change.moved, 'item')} SRC lists under a new name (a file renamed "
+                    "or moved, Parquet files renamed as a Hub dataset grows) held already: the "
+                    "same bytes, label and fields as a record whose name it no longer lists, "
+                    "left as packed under that name")  # fmt: skip
     if copies is not None:
         said += duplicates.crowded_warning(copies.crowded)
     if copies is not None and copies.yielded:

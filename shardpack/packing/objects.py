@@ -13,12 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardpack.packing.tfdsmeta import is_box
-from shardpack.schema import BOX_NAMES, Feature, Schema
-from shardpack.sources import shapes
+from shardpack.schema import BOX_NAMES, Schema, is_mask
 
-# The last name part of a feature holding an instance-id map: one PNG per image (COCO's source
-# writes it, sources/shapes.py), 0 background, i the i-th object of the box list.
-MASK = shapes.MASK
 # The last name part of the class feature beside a group's boxes (TFDS's COCO and VOC).
 LABEL = "label"
 # COCO's box sizes, by area in pixels of the stored image: small below 32^2, medium below 96^2.
@@ -74,13 +70,6 @@ def num_object_classes(schema: Schema) -> int:
 def group_of(name: str) -> str:
     """The group a feature belongs to: its name up to the last '/' ('' for none)."""
     return name.rpartition("/")[0]
-
-
-def is_mask(name: str, feature: Feature) -> bool:
-    """Whether a feature is an instance-id map: one bytes value (a PNG) named ...MASK; a text
-    one (a manifest's column of mask file paths) is not."""
-    return (name.rpartition("/")[2] == MASK and feature.dtype == "bytes" and not feature.text
-            and not feature.is_list)  # fmt: skip
 
 
 def size_name(area: float) -> str:

@@ -20,9 +20,9 @@ from shardpack.options import PackOptions
 from shardpack.packing import boxes, masks, stamps
 from shardpack.packing.facts import ShardFacts
 from shardpack.packing.kept import Kept, KeptReader
-from shardpack.packing.objects import MASK, objects_of
+from shardpack.packing.objects import objects_of
 from shardpack.packing.plan import ShardResult, ShardSpec
-from shardpack.schema import LABEL, Schema, example_value
+from shardpack.schema import LABEL, MASK, Schema, example_value
 from shardpack.signatures import sniff
 from shardpack.sources import Item, Source
 from shardpack.sources.objects import ANNOTATED_SIZE

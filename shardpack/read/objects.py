@@ -1,5 +1,5 @@
 """A record's objects as readers use them: boxes in pixels, and the instance-id map (one PNG
-an image, packing/objects.py's MASK) checked and decoded."""
+an image, schema.py's MASK) checked and decoded."""
 
 from __future__ import annotations
 

@@ -112,7 +112,7 @@ def make_preview(
     for k, record in enumerate(chosen):
         thumb, mark = _thumbnail(record)
         if objects is not None and not mark:
-            _draw_objects(thumb, record, objects)
+            draw_objects(thumb, record, objects)
         y, x = (k // cols) * (CELL + _CAPTION), (k % cols) * CELL
         sheet[y : y + thumb.shape[0], x : x + thumb.shape[1]] = thumb
         caption = mark + _caption(index.classes, record.get("label"))
@@ -141,8 +141,9 @@ def box_feature(schema: Schema) -> str | None:
     return None if objects is None else objects.boxes
 
 
-def _draw_objects(thumb: np.ndarray, record: dict, objects: Objects) -> None:
-    """Draw a record's instance-mask outlines, then its boxes, each with its class name."""
+def draw_objects(thumb: np.ndarray, record: dict, objects: Objects) -> None:
+    """Draw a record's instance-mask outlines, then its boxes, each with its class name, onto
+    a thumbnail of its image (BGR): the preview's cells and the data card's."""
     if objects.mask is not None:
         try:
             ids = decode_mask(record[objects.mask])

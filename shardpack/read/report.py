@@ -29,10 +29,10 @@ from shardpack.index import UNWRITTEN, Index, Skipped, load_index
 from shardpack.layout import REPORT_NAME
 from shardpack.packing import facts
 from shardpack.packing.duplicates import LABELLED_DIFFERENTLY, all_removed, record_name
-from shardpack.packing.objects import SIZES, num_object_classes, objects_of
+from shardpack.packing.objects import SIZES, Objects, num_object_classes, objects_of
 from shardpack.packing.outdir import OUTPUTS
 from shardpack.packing.stats import NOT_NOTED, reasons_of
-from shardpack.read.preview import exists_error, no_file_there
+from shardpack.read.preview import draw_objects, exists_error, no_file_there
 from shardpack.read.stream import check_sizes, decode_pixels, iter_examples
 from shardpack.storage import storage_at
 from shardpack.storage.atomic import write_atomic
@@ -533,6 +533,7 @@ def _thumbnails(
     done = 0
     if progress is not None:  # where the reading starts: a rate counts from this report
         progress(0, total)
+    objects = objects_of(index.schema)
     for split in index.splits:
         sheets: dict[str, list[tuple[str, str]]] = {}
         per_split.append(sheets)
@@ -548,7 +549,7 @@ def _thumbnails(
             classes = [c for c in _classes(index, record.get("label")) if c in shown]
             room = [c for c in classes if len(sheets.setdefault(c, [])) < PER_CLASS]
             if room or named:
-                uri = _data_uri(record)
+                uri = _data_uri(record, objects)
                 for cls in room:
                     sheets[cls].append((name, uri))
                 found.update(dict.fromkeys(named, uri))
@@ -571,15 +572,19 @@ def _classes(index: Index, label: object) -> list[str]:
     return [index.classes[i] for i in labels if isinstance(i, int) and 0 <= i < len(index.classes)]
 
 
-def _data_uri(record: dict) -> str:
-    """A record's image as a THUMB-pixel JPEG data URI; "" when it does not decode."""
+def _data_uri(record: dict, objects: Objects | None = None) -> str:
+    """A record's image as a THUMB-pixel JPEG data URI, its `objects` drawn as preview draws
+    them; "" when it does not decode."""
     try:
         pixels = decode_pixels(record)
         scale = THUMB / max(pixels.shape[:2])
         if scale < 1:
             size = (max(1, round(pixels.shape[0] * scale)), max(1, round(pixels.shape[1] * scale)))
             pixels = images.resize(pixels, size)
-        data = images.encode(pixels, "jpeg", 85, order="rgb")
+        pixels = np.ascontiguousarray(pixels[..., ::-1])  # BGR, as OpenCV draws
+        if objects is not None:
+            draw_objects(pixels, record, objects)
+        data = images.encode(pixels, "jpeg", 85)
     except images.BadImage:
         return ""
     return "data:image/jpeg;base64," + base64.b64encode(data).decode("ascii")

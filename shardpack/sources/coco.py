@@ -30,7 +30,7 @@ from collections.abc import Mapping
 
 from shardpack.errors import Option, SourceError, printable, way_past
 from shardpack.options import PackOptions
-from shardpack.schema import BOX_REACH, INT64, Feature, Schema
+from shardpack.schema import BOX_REACH, INT64, MASK, Feature, Schema
 from shardpack.sources import shapes
 from shardpack.sources.classlist import MAX_CLASSES, check_class_name
 from shardpack.sources.objects import ANNOTATED_SIZE
@@ -58,7 +58,6 @@ _YEAR = r"(?<=[a-z])(19|20)\d\d$"
 BBOX, LABEL, CROWD, AREA, ID = (f"objects/{n}" for n in ("bbox", "label", "is_crowd", "area", "id"))
 KEYPOINTS = "objects/keypoints"
 IMAGE_ID = "image/id"
-MASK = shapes.MASK
 # The most keypoints an object may have: COCO's person has 17, whole-body sets 133.
 MAX_KEYPOINTS = 1024
 # Why an annotation belongs to no image packed, as its JSON's warning says it, and the fix.

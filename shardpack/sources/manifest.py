@@ -238,16 +238,8 @@ def scan_manifest(
         SourceError: --root is not a folder, a manifest cannot be read (see read_manifest),
             split folders' manifests disagree on their columns, or no row is usable.
     """
-    from shardpack.sources.tables.reader import read_manifest  # numpy: not for pack --help
-
     _check_root(options.root, manifests[0][1])
-    tables = [(split, read_manifest(manifest, path_column=options.path_column, root=options.root,
-                                    label_column=options.label_column,
-                                    path_suffix=options.path_suffix,
-                                    storage_options=storage_options,
-                                    classes_pinned=options.classes is not None,
-                                    columns=chosen_columns(options),
-                                    boxes=box_names(options)))
+    tables = [(split, _read_table(manifest, options, storage_options))
               for split, manifest in manifests]  # fmt: skip
     first = tables[0][1]
     boxes = _box_columns(first, options.box_columns)
@@ -537,14 +529,28 @@ def _elsewhere(skipped: list[tuple[str, str]], options: PackOptions, base: str) 
 # its path, and the most folders inside the manifest's tried as --root.
 _TRIED_SUFFIXES = (*sorted(IMAGE_EXTENSIONS), *(e.upper() for e in sorted(IMAGE_EXTENSIONS)))
 _TRIED_FOLDERS = 16
+# The most columns of a manifest with no image column whose first value is looked for so.
+_TRIED_COLUMNS = 4
 
 
 def _found_near(key: str, suffix: str | None, base: str) -> tuple | None:
     """How to name the first row's missing image where a file is found for it with an image
     extension after its path (--path-suffix) or in a folder inside `base` (--root), or both;
-    None where none is, the path climbs out of `base`, or `base` is a web URL (on a store each
-    look is a request: a few hundred at most, on a run that stops anyway)."""
-    if not is_relative(key) or key == ".." or key.startswith("../") or is_web_url(base):
+    None where none is (_file_near)."""
+    if (found := _file_near(key, suffix, base)) is None:
+        return None
+    name, options = found
+    stem = key[: -len(suffix)] if suffix and key.endswith(suffix) else key
+    return (f"; {stem + (suffix or '')} is no file there, but {name} is: pass ", *options)
+
+
+def _file_near(key: str, suffix: str | None, base: str, *, as_is: bool = False) -> tuple | None:
+    """The file under `base` that `key` names with an image extension after it (--path-suffix)
+    or in a folder inside (--root), or both (or as it is: `as_is`), and those options (text
+    and Option parts); None where none is, the path climbs out of `base`, or `base` is a web
+    URL (on a store each look is a request: a few hundred at most, on a run that stops
+    anyway)."""
+    if not is_relative(key) or key in ("", "..") or key.startswith("../") or is_web_url(base):
         return None
     root = storage_at(base)
     stem = key[: -len(suffix)] if suffix and key.endswith(suffix) else key
@@ -552,14 +558,40 @@ def _found_near(key: str, suffix: str | None, base: str) -> tuple | None:
     for folder in ("", *inside):
         for ending in ("", *_TRIED_SUFFIXES):
             name = posixpath.join(folder, stem + ending) if folder else stem + ending
-            if (folder, ending) != ("", suffix or "") and root.lexists(name):
-                told: list = [f"; {stem + (suffix or '')} is no file there, but {name} is: pass "]
+            if (as_is or (folder, ending) != ("", suffix or "")) and root.lexists(name):
+                told: list = []
                 if folder:
                     told += [Option("root", posixpath.join(base, folder)), " "]
                 if ending != (suffix or ""):
                     told.append(Option("path_suffix", ending))
-                return tuple(told)
+                return name, tuple(told)
     return None
+
+
+def _read_table(manifest: Storage, options: PackOptions, storage_options) -> Manifest:
+    """read_manifest of one manifest with the options; where it has no image column, the
+    column whose first value names an image under its folder (or --root) is said to pass."""
+    from shardpack.sources.tables.columns import NoImageColumn  # a folder's pack reads none
+    from shardpack.sources.tables.reader import read_manifest  # numpy: not for pack --help
+
+    try:
+        return read_manifest(manifest, path_column=options.path_column, root=options.root,
+                             label_column=options.label_column, path_suffix=options.path_suffix,
+                             storage_options=storage_options,
+                             classes_pinned=options.classes is not None,
+                             columns=chosen_columns(options), boxes=box_names(options))  # fmt: skip
+    except NoImageColumn as e:
+        parent = manifest.parent()
+        base = options.root or (parent.path() if parent is not None else None)
+        named = [(column, str(value)) for column, value in e.first.items()
+                 if isinstance(value, str | int) and not isinstance(value, bool)]  # fmt: skip
+        for column, value in named[:_TRIED_COLUMNS] if base is not None else ():
+            if (found := _file_near(value, options.path_suffix, base, as_is=True)) is not None:
+                name, told = found
+                raise SourceError(f"{e.head}, but column {column!r} names the images ({name}): "
+                                  "pass ", Option("path_column", column),
+                                  *((" ", *told) if told else ())) from None  # fmt: skip
+        raise
 
 
 def _check_root(root: str | None, manifest: Storage) -> None:

@@ -20,10 +20,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-# The feature holding a record's instance-id map: one lossless PNG an image (0 background, i
-# the i-th object of objects/*), not a PNG per object: one decode gives every object, an
-# image of many small objects costs one small file, and it is TFDS's and Cityscapes' form.
-MASK = "mask"
 MAGIC = b"shardpack-shapes/2\n"
 _HEAD = struct.Struct("<I")
 # Past this a coordinate is no pixel's: refused rather than cast to float32's infinity.

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from shardpack.errors import SourceError, install_hint, plural, printable
 from shardpack.options import SPLIT_NAMES, PackOptions
-from shardpack.schema import BOX_REACH, Feature
+from shardpack.schema import BOX_REACH, MASK, Feature
 from shardpack.sources import shapes
 from shardpack.sources.classlist import MAX_CLASSES, check_class_count, check_class_name
 from shardpack.sources.folder import few, folder_entries
@@ -48,7 +48,6 @@ from shardpack.sources.source import Dataset, Item, Source, folder_only, refuse_
 from shardpack.storage import Entry, Storage
 
 KIND = "yolo"
-MASK = shapes.MASK
 YAML_FILES = ("data.yaml", "data.yml")
 # data.yaml's keys that name a split's images (a folder, a .txt list of images, or a list of
 # either), as Ultralytics reads them.

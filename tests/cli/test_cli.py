@@ -313,6 +313,13 @@ def test_verify_exit_code_on_fault(src: Path, tmp_path: Path):
         (["pack", "{tmp}/empty", "{tmp}/out"], "no images found"),
         (["pack", "{src}", "{tmp}/afile"], "is a file"),
         (["pack", "{src}", "{tmp}/out", "--frobnicate"], "No such option"),
+        # a resize mode typed as an option: click named --root for --crop, nothing for --corp
+        (
+            ["pack", "{src}", "{tmp}/out", "--corp"],
+            "No such option: --corp; for that resize, write --resize WxH --resize-mode center-crop",
+        ),
+        (["pack", "{src}", "{tmp}/out", "--pad"], "write --resize WxH --resize-mode pad (see:"),
+        (["pack", "{src}", "{tmp}/out", "--resize-modes"], "(Possible options: --resize, "),
         (
             ["pack", "{src}", "-weird"],
             "No such option: -w; for a path that starts with '-', write "

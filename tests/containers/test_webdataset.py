@@ -12,6 +12,7 @@ import pytest
 
 from shardpack import PackOptions, ShardpackError, iter_examples, pack
 from shardpack.containers import checked, get_container
+from shardpack.storage import storage_at
 from tests import helpers
 
 
@@ -96,23 +97,60 @@ def test_a_pack_of_jpegs_and_pngs_kept_says_datasets_misreads_its_samples(tmp_pa
     assert said("png", encode="png") == said("tfrecord", format="tfrecord") == []
 
 
-def test_a_mask_in_each_sample_s_json_says_datasets_refuses_it(tmp_path):
+def test_only_bytes_no_member_takes_are_said_to_ride_in_the_json():
+    """A feature of bytes that are no text is a member (`mask`, `objects/mask`); a list of them,
+    or a name a member cannot take, stays in the .json as \\udcXX escapes: that alone is
+    warned of (every one was, as datasets refused them all)."""
+    from shardpack.containers.webdataset import bytes_members
+    from shardpack.schema import Feature, Schema
+
+    blob = Feature("bytes")
+    crops, caption = Feature("bytes", (-1,)), Feature("bytes", text=True)
+    schema = Schema.build(extra={"mask": blob, "objects/mask": blob, "crops": crops, "a b": blob,
+                                 "caption": caption})  # fmt: skip
+    assert bytes_members(schema) == {"mask": "mask.bin", "objects/mask": "objects.mask.bin"}
+    (line,) = get_container("webdataset").naming_notes("shardpack", schema, ["png"])
+    assert line.startswith("its samples' .json holds 'crops', 'a b', bytes that are no text")
+
+
+def test_a_mask_is_a_member_of_its_own_that_datasets_and_webdataset_read(tmp_path):
     """A COCO pack's `mask` PNG rode in each .json as \\udcXX escapes (\\udc89PNG...):
-    datasets.load_dataset(OUT) stopped in a traceback (pyarrow: 'surrogates not allowed') and
-    pack said nothing. A pack of no such feature says nothing of it."""
+    datasets.load_dataset(OUT) stopped in a traceback (pyarrow: 'surrogates not allowed'). Now
+    it is each sample's `.mask.bin` (an empty one for a record of no objects), which datasets,
+    webdataset and shardpack read as the bytes packed; a pack whose .json held it (as
+    every pack before) still reads."""
     src = helpers.write_objects_parquet(tmp_path / "o.parquet", helpers.OBJECT_ROWS,
                                         helpers.OBJECT_CLASSES)  # fmt: skip
-    options = PackOptions(workers=1, format="webdataset", encode="png")
+    options = PackOptions(workers=1, format="webdataset", encode="png", shuffle=False)
     warned = pack(src, tmp_path / "out", options).to_json()["warnings"]
-    (line,) = [w for w in warned if "bytes that are no text" in w]
-    assert line.startswith("its samples' .json holds 'mask', bytes that are no text, as ")
-    assert "datasets.load_dataset(OUT) refuses (pyarrow: surrogates not allowed)" in line
+    assert not [w for w in warned if "bytes that are no text" in w]
+    masks = [r["mask"] for r in iter_examples(tmp_path / "out")]
+    assert masks[0].startswith(b"\x89PNG") and masks[2] == b""
+    (shard,) = (tmp_path / "out").glob("*.tar")
+    with tarfile.open(shard) as tar:
+        names = tar.getnames()
+        assert names[:3] == ["train-000000_000000.png", "train-000000_000000.mask.bin",
+                             "train-000000_000000.json"]  # fmt: skip
+        assert b"mask" not in tar.extractfile(names[2]).read()
     datasets = pytest.importorskip("datasets")
-    with pytest.raises(UnicodeEncodeError, match="surrogates not allowed"):
-        datasets.load_dataset(str(tmp_path / "out"), cache_dir=str(tmp_path / "cache"))
-    helpers.write_image(tmp_path / "src" / "cat" / "a.png", helpers.image(0))
-    plain = pack(tmp_path / "src", tmp_path / "plain", options).to_json()["warnings"]
-    assert not [w for w in plain if "bytes that are no text" in w]
+    (train,) = datasets.load_dataset(str(tmp_path / "out"), cache_dir=str(tmp_path / "c")).values()
+    assert [row["mask.bin"] for row in train] == masks
+    helpers.needs("webdataset")
+    with helpers.torch_held_out():  # wids imports torch (seconds): the same grouping by key
+        import webdataset as wds
+
+        assert [s["mask.bin"] for s in wds.WebDataset(str(shard), shardshuffle=False)] == masks
+    # as packed before: the writer of no schema keeps every feature in the .json
+    container = get_container("webdataset")
+    (tmp_path / "old").mkdir()
+    with container.writer(tmp_path / "old" / shard.name) as writer:
+        for record in iter_examples(tmp_path / "out"):
+            writer.write({k: v.item() if hasattr(v, "item") and v.ndim == 0 else v
+                          for k, v in record.items()})  # fmt: skip
+    with tarfile.open(tmp_path / "old" / shard.name) as tar:
+        assert not [n for n in tar.getnames() if n.endswith(".bin")]
+    with container.open(storage_at(tmp_path / "old"), shard.name) as old:
+        assert [checked(old[i])["mask"] for i in range(len(old))] == [[m] for m in masks]
 
 
 def test_a_list_whose_captions_are_not_named_caption_says_its_samples_hold_no_txt(tmp_path):
@@ -199,6 +237,7 @@ def test_shardpacks_naming_keeps_features_named_as_img2dataset_fields(tmp_path):
     record = {"image": data, "height": 24, "width": 32, "channels": 3, "format": b"jpeg",
               "key": b"a.jpg", "url": b"http://example.com/a.jpg", "status": b"ok"}  # fmt: skip
     container = get_container("webdataset")
+    (tmp_path / "old").mkdir()
     with container.writer(tmp_path / "d-train-000000.tar") as writer:
         writer.write(record)
     (read,) = [checked(e) for _, e in container.iter_records(*helpers.at(writer.path))]

@@ -628,7 +628,7 @@ def test_a_repeated_journal_line_is_one_shard(tmp_path: Path):
 @pytest.mark.parametrize(
     ("field", "lie"),
     [("width", 1 << 62), ("height", 1 << 32), ("size", 1 << 64), ("stored", 1 << 64),
-     ("lossless", 10**20)],
+     ("lossless", 10**20), ("digest", "zz" * 16), ("digest", 7)],
 )  # fmt: skip
 def test_a_planted_size_in_contents_json_is_refused_before_the_grow_writes(
     src, tmp_path, field, lie

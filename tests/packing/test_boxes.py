@@ -217,6 +217,18 @@ def test_a_box_that_ends_where_the_crop_begins_is_dropped_not_kept_as_a_sliver(t
     assert result.to_json()["boxes_dropped"] == {"cropped away": 2}
 
 
+def test_a_keypoint_on_the_crops_edge_stays_in_one_past_it_goes(tmp_path: Path):
+    """The same crop keeps columns 50-69 of the 120x80 photo: a keypoint at x 50 is its first
+    column and one at x 70 is past its last. As float32 rows (50/120 lands below it) the first
+    was dropped as outside, the second kept at 0.9999999: the boxes' rounding rule is theirs."""
+    points = [[50 / 120, 0.5, 2], [70 / 120, 0.5, 2], [60 / 120, 0.25, 1]]
+    rows = [("a.png", _png(_photo(80, 120, {})), {"keypoints": points})]
+    _pack(_manifest(tmp_path / "src", rows), tmp_path / "out", encode="png", resize=(16, 64),
+          resize_mode="center-crop")  # fmt: skip
+    (record,) = iter_examples(tmp_path / "out")
+    np.testing.assert_allclose(record["keypoints"], [[0, 0.5, 2], [0, 0, 0], [0.5, 0.25, 1]])
+
+
 @pytest.mark.parametrize("share", [0.3, 0.7])
 def test_min_visibility_drops_what_albumentations_drops(tmp_path: Path, share: float):
     """A centre crop to a square keeps x 100-300 of the 400x200 photo: red (x 250-330) keeps

@@ -57,20 +57,86 @@ def _files(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
 
 
-def test_append_after_a_rename_says_the_image_is_held_twice(tmp_path: Path):
-    """cat/img_000.jpg renamed img_new.jpg, then --append: its old record stays and the new
-    name is packed, the image held twice; the note said only '1 vanished item left as
-    packed', and index.json counts no copy (the held one's bytes are not read again)."""
-    src = make_tree(tmp_path / "src", {"cat": 2})
+def test_append_after_a_rename_holds_the_image_once(tmp_path: Path):
+    """cat/img_000.jpg renamed img_new.jpg, then --append: the new name was packed beside the
+    old record, the image held twice, and index.json counted no copy. Now the new name is the
+    held record (its bytes, by contents.json's digest, and label): left as packed, said. Moved
+    to another class's folder it is a new record (its label changed), held twice: said, and
+    counted among index.json's copies, the held one known by its digest unread."""
+    src = make_tree(tmp_path / "src", {"cat": 2, "dog": 1})
     out = tmp_path / "out"
     pack(src, out, PackOptions(workers=1))
+    before = shard_files(out)
     (src / "cat" / "img_000.jpg").rename(src / "cat" / "img_new.jpg")
     result = pack(src, out, PackOptions(grow="append", workers=1))
-    assert "its image is now held twice" in result.notes[0]
+    assert result.notes[0].startswith("1 item SRC lists under a new name (a file renamed or ")
+    assert result.notes[0].endswith("left as packed under that name")
+    assert shard_files(out) == before and result.to_json()["records"] == 3
+    (src / "cat" / "img_001.jpg").rename(src / "dog" / "img_001.jpg")
+    result = pack(src, out, PackOptions(grow="append", workers=1))
+    assert "its image is now held twice, one of index.json's copies" in result.notes[0]
     images = [r["image"] for r in iter_examples(out, "train")]
-    assert len(images) == 3 and len(set(images)) == 2
-    (src / "cat" / "img_001.jpg").unlink()  # gone, nothing new: no word of a rename
-    assert "renamed" not in pack(src, out, PackOptions(grow="append", workers=1)).notes[0]
+    assert len(images) == 4 and len(set(images)) == 3
+    assert load_index(out).duplicates["listed"] == [["train/cat/img_001.jpg",
+                                                     "train/dog/img_001.jpg"]]  # fmt: skip
+    (src / "dog" / "img_000.jpg").unlink()  # gone, nothing new: no word of an image twice
+    notes = pack(src, out, PackOptions(grow="append", workers=1)).notes
+    assert not [note for note in notes if "held twice" in note]
+
+
+def test_append_with_dedup_exact_skips_a_moved_file_as_a_copy_of_its_held_record(
+    tmp_path: Path,
+):
+    """A dataset packed with --dedup exact: a file moved to another class's folder, then
+    --append packed it, the image held twice though --dedup exact drops copies. Now the held
+    record is known by its digest (no file of it is read: its name is gone) and the new one
+    is skipped as its duplicate, counted; nothing is written."""
+    src = make_tree(tmp_path / "src", {"cat": 2, "dog": 1})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, dedup="exact"))
+    before = shard_files(out)
+    (src / "cat" / "img_000.jpg").rename(src / "dog" / "moved.jpg")
+    result = pack(src, out, PackOptions(grow="append", workers=1, dedup="exact"))
+    index = load_index(out)
+    assert [(s.key, s.reason) for s in index.skipped] == [
+        ("dog/moved.jpg", "duplicate of train/cat/img_000.jpg, whose labels differ: this "
+         "copy's are not packed")]  # fmt: skip
+    assert shard_files(out) == before and result.to_json()["records"] == 3
+    assert index.duplicates["removed"] == 1
+
+
+def _hub_layout(src: Path, rows: int, files: int) -> None:
+    """`rows` rows of a datasets Image and ClassLabel in `files` Parquet files, cut and named
+    as push_to_hub cuts and names them (contiguous shards, -of-NNNNN), the older files gone."""
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features({"image": datasets.Image(),
+                                  "label": datasets.ClassLabel(names=["a", "b"])})  # fmt: skip
+    images = [{"bytes": (src / f"{i}.png").read_bytes(), "path": None} for i in range(rows)]
+    table = datasets.Dataset.from_dict({"image": images, "label": [i % 2 for i in range(rows)]},
+                                       features=features)  # fmt: skip
+    shutil.rmtree(src / "data", ignore_errors=True)
+    for i in range(files):
+        part = table.shard(num_shards=files, index=i, contiguous=True)
+        part.to_parquet(src / "data" / f"train-{i:05d}-of-{files:05d}.parquet")
+
+
+def test_append_of_a_hub_dataset_re_sharded_as_it_grew_adds_only_its_new_rows(tmp_path: Path):
+    """A Hub dataset grown from 6 rows in train-00000-of-00001 to 9 in two files: every row's
+    key (file:row) was new and every held one vanished, so --append packed all 9 again beside
+    the 6 (15 records). Now a row of a held record's bytes and label is that record: 3 added."""
+    src = tmp_path / "src"
+    for i in range(9):
+        write_image(src / f"{i}.png", image(i))
+    _hub_layout(src, 6, 1)
+    out = tmp_path / "out"
+    pack(src / "data", out, PackOptions(workers=1))
+    before = shard_files(out)
+    _hub_layout(src, 9, 2)
+    result = pack(src / "data", out, PackOptions(grow="append", workers=1))
+    assert result.grow["added"] == 3 and result.to_json()["records"] == 9
+    assert result.notes[0].startswith("6 items SRC lists under a new name")
+    images = [r["image"] for r in iter_examples(out, "train")]
+    assert len(set(images)) == 9 and {k: shard_files(out)[k] for k in before} == before
 
 
 def test_append_adds_a_class_at_the_end_and_leaves_every_shard(tmp_path: Path):
@@ -86,7 +152,8 @@ def test_append_adds_a_class_at_the_end_and_leaves_every_shard(tmp_path: Path):
                            "shards_rewritten": 0}  # fmt: skip
     assert result.notes[0] == (
         "1 vanished item left as packed (a file renamed or moved in SRC is a vanished item and "
-        "a new one: its image is now held twice, which index.json's copies do not count); "
+        "a new one: its image is now held twice, one of index.json's copies; a dataset packed "
+        "with --dedup exact skips it); "
         "pack with --update to bring it in line"
     )  # one count, one item: not "0 changed and 1 ... items"
     after = shard_files(out)

@@ -33,8 +33,9 @@ def test_the_spooled_contents_and_stamps_are_what_the_whole_document_writers_wri
     assert sum(len(entry["skipped"]) for entry in held.shards.values()) == 1
     held_stamps = stamps.load(out, index)
     assert len(held_stamps.mtimes) == 30 and list(held_stamps.skips) == ["b/bad.jpg"]
-    fields = ["keys", "crc", "size", "width", "height", "stored", "meta", "label_counts",
-              "tally", "lossless", "sha256", "skipped", "reasons", "copy"]  # fmt: skip
+    fields = ["keys", "crc", "size", "width", "height", "stored", "meta", "digest",
+              "label_counts", "tally", "lossless", "sha256", "skipped", "reasons",
+              "copy"]  # fmt: skip
     assert all(list(entry) == fields for entry in held.shards.values())  # as with_copies has them
     copies = [n for entry in held.shards.values() for n in entry["copy"]]
     assert copies.count(1) == 10 and copies.count(0) == 20

@@ -47,6 +47,14 @@ def test_the_count_of_records_is_taken_as_n_or_as_the_short_flag(out, tmp_path, 
     assert cv2.imread(str(tmp_path / "sheet.png")).shape[1] == 2 * CELL  # 2 records: 2 x 1
 
 
+def test_the_count_is_spelled_n_in_help_and_errors(out: Path, tmp_path: Path):
+    """Help showed `-n, --n N` and a bad count was "Invalid value for '--n' / '-n'": a flag
+    no user typed. --n is still taken (above), unshown."""
+    assert " -n N " in _preview("--help").stdout and "--n" not in _preview("--help").stdout
+    said = _preview(str(out), "-n", "x", "--out", str(tmp_path / "x.png")).stderr
+    assert "Invalid value for '-n': 'x'" in said and "--n" not in said
+
+
 def test_more_records_asked_for_than_the_split_holds_shows_them_all_and_says_so(out, tmp_path):
     """preview -n 50 of a split of 5 drew the 5 and said nothing: one line says the split holds
     only 5; a count it holds says nothing more."""

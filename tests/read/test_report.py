@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
+import cv2
+import numpy as np
 import pytest
 
 from shardpack.errors import RESTORE_SHARD
 from shardpack.index import load_index
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
-from shardpack.read.report import _described, _objects_section, _splits_section, _splits_table
+from shardpack.read.report import (
+    _described,
+    _objects_section,
+    _splits_section,
+    _splits_table,
+    _thumbnails,
+)
 from tests.helpers import (
     OBJECT_ROWS,
     make_tree,
@@ -37,6 +46,23 @@ def test_the_card_counts_objects_per_class_per_image_and_by_box_size(objects_out
     assert [values[f"class:{c}"] for c in ("cat", "dog", "eel")] == ["2", "1", "1"]
     # a.png's two boxes are 20 x 24 and 16 x 27 pixels; b.png's 100 x 120 and 50 x 60
     assert [values[f"size:{s}"] for s in ("small", "medium", "large")] == ["2", "1", "1"]
+
+
+def test_the_cards_thumbnails_show_the_objects_as_preview_draws_them(objects_out: Path):
+    """The card's thumbnails of an object dataset showed bare images where preview draws each
+    box: a.png (40 x 60 grey, kept at its size) shows its cat box [0.1, 0.1, 0.6, 0.5] in
+    preview's green (a JPEG's: each column of its bottom edge, row 23, far greener than red),
+    c.png (no objects) none."""
+    sheets, _ = _thumbnails(load_index(objects_out), set())
+    greener = {}  # how much greener than red each pixel is
+    for name, uri in sheets[""]:
+        data = np.frombuffer(base64.b64decode(uri.partition(",")[2]), np.uint8)
+        thumb = cv2.imdecode(data, cv2.IMREAD_COLOR).astype(int)
+        greener[name.rpartition(":")[2]] = thumb[..., 1] - thumb[..., 2]
+    assert greener["0"].shape == (40, 60)
+    assert greener["0"][21:26, 10:28].max(axis=0).min() > 60  # the box's bottom edge
+    assert greener["0"][15:20, 12:26].max() < 30  # an outline, not a filled box (its name: above)
+    assert greener["2"].max() < 30
 
 
 def test_the_card_says_the_classes_as_the_pack_summary_does(objects_out: Path, tmp_path: Path):

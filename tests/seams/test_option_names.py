@@ -26,7 +26,7 @@ RECORDED = {
     "packing/boxes.py": {"--box-columns"},  # a row's skip reason
     "packing/masks.py": {"--resize", "--max-side"},  # a record's skip reason
     "packing/duplicates.py": {"--dedup"},  # warnings and summary lines
-    "packing/grow.py": {"--update"},  # warnings
+    "packing/grow.py": {"--update", "--dedup"},  # warnings
     "packing/rangeplan.py": {"--shuffle-window", "--no-shuffle"},  # a warning
     "sources/nearmisses.py": {"--classes"},  # a warning
     "sources/source.py": {"--max-pixels"},  # a skip reason

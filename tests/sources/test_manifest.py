@@ -151,6 +151,22 @@ def test_an_unusable_manifest_is_one_line(tmp_path: Path, header: list[str], wor
     assert all(w in done.stderr for w in words), done.stderr
 
 
+def test_a_column_of_ids_beside_their_images_is_named_as_the_image_column(tmp_path: Path):
+    """Kaggle's `id,breed` beside train/<id>.jpg: "no image column" told to name a column of
+    paths, not which one; now the column whose first value names an image, and how."""
+    src = make_tree(tmp_path / "src", {"train": 2})
+    rows = [{"id": f"img_{i:03d}", "breed": b} for i, b in enumerate(["pug", "husky"])]
+    manifest = write_csv(src / "labels.csv", rows)
+    done = _cli("pack", str(manifest), str(tmp_path / "out"))
+    fix = f"--path-column id --root {src / 'train'} --path-suffix .jpg"
+    one_line_error(done, f"{manifest}: no image column (columns: id, breed), but column 'id' "
+                         f"names the images (train/img_000.jpg): pass {fix}")  # fmt: skip
+    done = _cli("pack", str(manifest), str(tmp_path / "out"), *fix.split(), "--label-column",
+                "breed")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert _index(tmp_path / "out")["splits"]["train"]["num_records"] == 2
+
+
 @pytest.mark.parametrize(
     ("name", "line", "fix"),
     [

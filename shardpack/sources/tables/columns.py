@@ -46,15 +46,16 @@ class Layout:
         cls, manifest: str, names: list[str], path_column: str | None,
         label_column: str | None = None, path_suffix: str | None = None,
         columns: dict[str, str] | None = None, boxes: tuple[str, ...] = (),
+        first: dict[str, object] | None = None,
     ) -> Layout:  # fmt: skip
         """Which column is what in a manifest of these column names. `columns` (--columns):
         column -> feature name of the extra columns to keep (None: every one, as it is named);
         `boxes`: --box-columns' columns, kept with them (a missing one is said by its own
-        check).
+        check); `first`: the first row's values, where read (NoImageColumn carries them).
 
         Raises:
             SourceError: a column named is not there (with the one meant), or is a built-in
-                feature's name.
+                feature's name; NoImageColumn: no column is the images' nor named like it.
         """
         check_names(manifest, names)  # JSONL's keys: CSV and Parquet headers are checked first
         found = ", ".join(names) or "none"
@@ -76,11 +77,13 @@ class Layout:
                                   Option("path_column", meant))  # fmt: skip
             if len(candidates) != 1:
                 which = "no image column" if not candidates else "several image columns"
-                raise SourceError(
-                    f"{manifest}: {which} (columns: {found}); name the column of image paths "
-                    f"one of {', '.join(PATH_COLUMNS)}, or pass it as ",
-                    Option("path_column"),
-                )
+                head = f"{manifest}: {which} (columns: {found})"
+                said = (f"{head}; name the column of image paths one of "
+                        f"{', '.join(PATH_COLUMNS)}, or pass it as ",
+                        Option("path_column"))  # fmt: skip
+                if candidates:
+                    raise SourceError(*said)
+                raise NoImageColumn(*said, first=first, head=head)
             path_column = candidates[0]
         if label == path_column:
             raise SourceError(f"{manifest}: column {label!r} is both the image paths and the "
@@ -116,6 +119,18 @@ class Layout:
             path_suffix or "",
             tuple(renamed.items()),
         )
+
+
+class NoImageColumn(SourceError):
+    """A manifest has no column of image paths nor one named like it; `first`: its first
+    row's values, where read (which of them names an image is for the caller to look); `head`:
+    the message's first clause, which names the manifest and its columns."""
+
+    def __init__(
+        self, *parts: object, first: dict[str, object] | None = None, head: str = ""
+    ) -> None:
+        super().__init__(*parts)
+        self.first, self.head = first or {}, head or str(self)
 
 
 def _refuse_built_in(manifest: str, extras: tuple[str, ...]) -> None:

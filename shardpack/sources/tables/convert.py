@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import operator
@@ -131,7 +132,7 @@ def convert_rows(
             ):
                 why = failed.get(i)
                 if why is None and (first := seen.setdefault(file, line)) != line:
-                    why = f"the same image as {unit} {first}"
+                    why = f"the same image as {unit} {first}{_labelled(rows, first, value)}"
                 if why is None:
                     rows.append(Row(line, image, value, split, fields))
                     good.append(value)
@@ -143,6 +144,18 @@ def convert_rows(
             labels.update(itertools.chain.from_iterable(good) if label.multi else good)
     bad.sort(key=operator.attrgetter("line"))  # the file's order: lines of rows and problems
     return rows, bad, tuple(sorted(labels))
+
+
+def _labelled(rows: list[Row], first: int, label: object) -> str:
+    """What a row repeating the image of the row at line `first` adds to "the same image as
+    line N": where its label differs, both labels and how to keep both (rows: by line)."""
+    there = rows[bisect.bisect_left(rows, first, key=operator.itemgetter(0))].label
+    if label is None or there == label:
+        return ""
+    return (
+        f", labelled {describe(there)} there and {describe(label)} here: for an image of "
+        "several labels, one row with a list of them (JSONL or Parquet)"
+    )
 
 
 def _each(values: Sequence, convert, cached: bool = False) -> tuple[list, dict[int, str]]:

@@ -153,7 +153,8 @@ def _read(table: Storage, path: str, suffix: str, given: tuple) -> tuple[list[Ch
             listed(len(chunk.lines))
     names = column_names(chunks, path)
     if layout is None:
-        layout = Layout.of(path, names, *given)
+        first = next(({n: v[0] for n, v in c.columns.items()} for c in chunks if c.lines), None)
+        layout = Layout.of(path, names, *given, first=first)
         _drop_unread(chunks, layout)
     return chunks, layout
 

@@ -213,7 +213,10 @@ def test_bad_csv_rows_name_their_line(tmp_path, chunking):
     assert "split '../x' is not a name" in got[6]
     assert got[7] == "t.csv line 7: column 'n' holds an integer beyond the int64 range"
     assert got[8] == "t.csv line 8: no split in column 'split'"
-    assert got[11] == "t.csv line 11: the same image as line 2"
+    # labelled otherwise: once only "the same image as line 2", as if repeated by mistake
+    assert got[11] == ("t.csv line 11: the same image as line 2, labelled 'cat' there and 'dog' "
+                       "here: for an image of several labels, one row with a list of them "
+                       "(JSONL or Parquet)")  # fmt: skip
     assert m.columns["n"] == Feature("int64")
 
 
