@@ -327,6 +327,26 @@ def test_a_shard_whose_workers_all_died_is_one_line_not_a_hang(slow_src: Path, t
     ), said
 
 
+@pytest.mark.long  # make test shows a shard whose workers all died said in one line
+def test_a_cluster_left_without_workers_is_one_line(slow_src: Path, tmp_path: Path, monkeypatch):
+    """Its only worker killed mid-run (no nanny to start it again): the scheduler holds the
+    tasks until a worker comes; the run waits WAIT_FOR_WORKERS_S for one, then says so."""
+    from distributed import Client
+
+    from shardpack.packing import cluster
+
+    monkeypatch.setattr(cluster, "WAIT_FOR_WORKERS_S", 0.5)
+    with _cluster("--no-nanny") as address:
+        with Client(address, timeout="30s") as client:
+            (worker,) = client.run(os.getpid).values()
+        options = PackOptions(encode="png", shards=6, backend="dask", scheduler=address)
+        said = _stopped(slow_src, tmp_path / "out", options, worker, ClusterError)
+    assert said.startswith(
+        f"{address}: the Dask cluster lost every worker, and none came back "
+        "in 0.5 s; start workers, then rerun with"
+    ) and ("resume=True" in said), said
+
+
 @pytest.mark.long  # seconds of waiting: the client tries to reconnect for 10 s
 def test_a_lost_scheduler_is_one_line(slow_src: Path, tmp_path: Path):
     """It was a FutureCancelledError traceback, exit code 1."""
