@@ -51,8 +51,10 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
             dashboard_address="127.0.0.1:0",
             host="127.0.0.1",
             # a stopped run cancels the tasks in flight, and each worker logged that as a
-            # warning under the one line that says why the run stopped
-            silence_logs=logging.ERROR,
+            # warning under the one line that says why the run stopped; and a worker closed
+            # with a heartbeat in flight logged an error ('Failed to communicate with
+            # scheduler during heartbeat'). What fails a run is said by the run itself.
+            silence_logs=logging.CRITICAL,
             preload=[__name__],  # dask_setup below, in each worker
         )
         with cluster, Client(cluster) as client:
