@@ -72,9 +72,12 @@ class DaskBackend(FutureBackend):
         self._stopped.set()  # not joined: it may be waiting on a scheduler that is gone
 
     def _start(self, batch) -> Future:
-        # one write_shard(spec, ...) a batch (pool.unordered's batch_size=1)
-        ((_, (spec, *_), _),) = batch.items
-        future = self._client.submit(batch, key=f"shard-{spec.file}-{self._token}", pure=False)
+        # one write_shard(spec, ...) a batch (pool.unordered's batch_size=1), sent as itself:
+        # a worker imports none of joblib (retrieve_result_callback makes its result a batch's)
+        ((task, (spec, *args), kwargs),) = batch.items
+        future = self._client.submit(
+            task, spec, *args, **kwargs, key=f"shard-{spec.file}-{self._token}", pure=False
+        )
         with self._lock:
             self._running[future] = spec.file
         return future
@@ -100,7 +103,7 @@ class DaskBackend(FutureBackend):
             raise cluster.ClusterError(f"{self._client.scheduler.address}: the Dask cluster "
                                        f"lost {what}, then ", *RESUME_KEEPS) from None  # fmt: skip
         future.release()  # the result is ours now: the worker may drop it
-        return result
+        return [result]  # what joblib takes from a batch: its tasks' results
 
     def _stop_tasks(self) -> None:
         with self._lock:
