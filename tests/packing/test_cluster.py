@@ -111,6 +111,20 @@ def test_a_stopped_local_cluster_run_says_one_line(tmp_path: Path, stop: str):
                                            "continue"], stderr  # fmt: skip
 
 
+def test_a_bad_image_on_a_local_cluster_is_one_line(tmp_path: Path):
+    """--on-error fail: the worker's log of the task's failure ('distributed.worker - ERROR -
+    Compute Failed', the task's traceback) came above the line naming the image."""
+    src = make_tree(tmp_path / "src", {"a": 3, "b": 3})
+    (src / "a" / "img_001.jpg").write_bytes(b"\xff\xd8\xff")
+    run = forkserver.start(forkserver.SHARDPACK, "pack", str(src), str(tmp_path / "out"),
+                           "--backend", "dask", "--workers", "1", "--on-error", "fail",
+                           "--no-progress")  # fmt: skip
+    stderr = run.communicate(timeout=120)[1]
+    assert run.returncode == 2, stderr
+    (line,) = stderr.splitlines()
+    assert line.startswith("error: a/img_001.jpg: ") and "--on-error skip" in line, line
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
