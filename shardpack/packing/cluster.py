@@ -1,24 +1,18 @@
-"""Running the shard tasks on a Dask cluster: one distributed future a shard.
-
-Not joblib's dask backend: it ran every task in the client where the cluster had one thread
-(joblib runs n_jobs=1 in-process), and waited forever for a task whose workers all died
-(an erred future never reached its callback). Nothing here imports `distributed` until a
-dask run is asked for (it is the `dask` extra).
+"""A Dask cluster for the shard tasks: its client (a LocalCluster's, or a scheduler's that has
+workers), and the check that its workers share SRC and OUT with us. The tasks run through
+daskpool.py. Nothing here imports `distributed` until a dask run is asked for (it is the `dask`
+extra).
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
-import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import CancelledError
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from typing import TypeVar
 
-from shardpack.errors import RESUME_KEEPS, Option, ShardpackError, WorkerDiedError, install_hint
+from shardpack.errors import Option, ShardpackError, install_hint
 from shardpack.storage import Storage, storage_at
 from shardpack.storage.failures import is_store_failure, said
 
@@ -27,15 +21,9 @@ _ADDRESS = re.compile(
     r"^(?:tcp://)?(?:\[(?P<ip6>[0-9A-Fa-f:.]+)\]|(?P<host>[^\s:/\[\]]+)):(?P<port>[0-9]{1,5})$"
 )
 _PROBE = ".shardpack-probe-"  # hidden, and of no pattern a reader or cleanup looks for
-# How long a run waits for a scheduler's first worker (workers may be starting with it).
+# How long a run waits for a scheduler's first worker (workers may be starting with it), and
+# for one to come back where every worker left mid-run (daskpool).
 WAIT_FOR_WORKERS_S = 30
-# How often a run waiting on its tasks asks whether the cluster still has workers.
-_LOOK_S = 1.0
-# Tasks queued per worker thread: one running, one waiting, as joblib's pre_dispatch had it
-# (a plan of thousands of shards is not all sent to the scheduler at once).
-_QUEUED_PER_THREAD = 2
-
-Spec = TypeVar("Spec")
 
 
 class ClusterError(ShardpackError):
@@ -63,8 +51,10 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
             dashboard_address="127.0.0.1:0",
             host="127.0.0.1",
             # a stopped run cancels the tasks in flight, and each worker logged that as a
-            # warning under the one line that says why the run stopped
-            silence_logs=logging.ERROR,
+            # warning under the one line that says why the run stopped; and a worker closed
+            # with a heartbeat in flight logged an error ('Failed to communicate with
+            # scheduler during heartbeat'). What fails a run is said by the run itself.
+            silence_logs=logging.CRITICAL,
             preload=[__name__],  # dask_setup below, in each worker
         )
         with cluster, Client(cluster) as client:
@@ -86,7 +76,7 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
         raise ClusterError(f"{scheduler}: cannot reach the Dask scheduler ({e}); check the "
                            "address and that a scheduler runs there (dask scheduler), or drop ",
                            Option("scheduler"), " for a local cluster") from None  # fmt: skip
-    # it logged "Failed to reconnect to scheduler" above the line that says so (run_tasks)
+    # it logged "Failed to reconnect to scheduler" above the line that says so (daskpool)
     logger = logging.getLogger("distributed.client")
     level = logger.level
     logger.setLevel(logging.CRITICAL)
@@ -118,83 +108,6 @@ def _restored(logger, level: int) -> Iterator[None]:
         yield
     finally:
         logger.setLevel(level)
-
-
-def run_tasks(
-    client, task: Callable[..., object], specs: Sequence[Spec], args: tuple,
-    file: Callable[[Spec], str],
-) -> Iterator[object]:  # fmt: skip
-    """Yield task(spec, *args) of each spec as it finishes on the cluster's workers, a few
-    queued per worker thread; `args` go with each task (not scattered: data only workers
-    hold is lost with them, and every task needing it with it). Closing the generator
-    early (an error, Ctrl-C) cancels every task not finished.
-
-    Raises:
-        WorkerDiedError: every worker that ran a task died (the scheduler gave up on it).
-        ClusterError: the scheduler was lost mid-run, or every worker for longer than
-            WAIT_FOR_WORKERS_S.
-    """
-    from distributed import wait
-
-    token = uuid.uuid4().hex
-    queued = max(1, sum(client.nthreads().values())) * _QUEUED_PER_THREAD
-    waiting = iter(specs)
-    running: dict = {}
-
-    def submit(spec: Spec) -> None:
-        future = client.submit(task, spec, *args, key=f"shard-{file(spec)}-{token}", pure=False)
-        running[future] = spec
-
-    for spec in itertools.islice(waiting, queued):
-        submit(spec)
-    alone = None  # since when the cluster has had no worker
-    try:
-        while running:
-            try:
-                done = wait(list(running), timeout=_LOOK_S, return_when="FIRST_COMPLETED").done
-            except TimeoutError:
-                done = set()
-            except CancelledError:  # not by us: the scheduler or its tasks' data is gone
-                done = {future for future in running if future.cancelled()}
-            if not done:
-                alone = None if client.nthreads() else alone or time.monotonic()
-                if alone is not None and time.monotonic() - alone > WAIT_FOR_WORKERS_S:
-                    raise ClusterError(*_lost(client, "every worker, and none came back in "
-                                             f"{WAIT_FOR_WORKERS_S} s; start workers"))  # fmt: skip
-            for future in done:
-                result = _result(client, future, file(running.pop(future)))
-                if (following := next(waiting, None)) is not None:
-                    submit(following)
-                yield result
-    finally:
-        if running:
-            with suppress(Exception):  # a scheduler gone: nothing left to cancel
-                client.cancel(list(running))
-
-
-def _result(client, future, file: str) -> object:
-    """A finished task's result (its own exception raised again); a task the scheduler gave up
-    on, or lost with the scheduler, said as such."""
-    from distributed import KilledWorker
-
-    if future.cancelled():  # not by us
-        lost = "its scheduler" if client.status != "running" else "the task"
-        raise ClusterError(*_lost(client, f"{lost} writing {file}; check that its scheduler and "
-                                  "workers run"))  # fmt: skip
-    try:
-        result = future.result()
-    except KilledWorker:
-        raise WorkerDiedError(f"{client.scheduler.address}: every Dask worker that ran {file} "
-                              "died (killed, perhaps by the out-of-memory killer: give the "
-                              "workers more memory, or use more ", Option("shards"), "); ",
-                              *RESUME_KEEPS) from None  # fmt: skip
-    future.release()  # the result is ours now: the worker may drop it
-    return result
-
-
-def _lost(client, what: str) -> tuple[str | Option, ...]:
-    """A message: the cluster lost `what` (and its fix), then how to go on."""
-    return (f"{client.scheduler.address}: the Dask cluster lost {what}, then ", *RESUME_KEEPS)
 
 
 def _probe(src: Storage, out: Storage, token: str, first_item: str) -> str:

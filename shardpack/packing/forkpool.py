@@ -10,8 +10,9 @@ by another, its URLs were fetched twice). So a task that finds no shard free but
 by others waits until they are taken, and the workers but one get a task more than the
 shards: when a worker's current shard ends, a task is left for the one it reserved (a task
 that finds every shard taken writes none). The pool is the
-standard library's ProcessPoolExecutor (fork context) behind a joblib backend: a killed worker
-breaks the pool and fails the run at once, never a hang. Imported only by a run with more than
+standard library's ProcessPoolExecutor (fork context) behind a joblib backend (pool.py's
+FutureBackend, as a Dask run's): a killed worker breaks the pool and fails the run at once,
+never a hang. Imported only by a run with more than
 one worker: it imports joblib.
 """
 
@@ -24,15 +25,13 @@ import multiprocessing.util
 import os
 import signal
 import sys
-import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import suppress
+from contextlib import closing, suppress
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from joblib import Parallel, delayed
-from joblib.parallel import ParallelBackendBase
 
 # PackedItems as _PackedItems, PACKED_CHUNK: the names tests and benchmarks import from here
 from shardpack.containers import ShardWriter
@@ -40,6 +39,7 @@ from shardpack.errors import OutputError
 from shardpack.packing.packeditems import PACKED_CHUNK  # noqa: F401
 from shardpack.packing.packeditems import PackedItems as _PackedItems
 from shardpack.packing.plan import ShardResult, ShardSpec
+from shardpack.packing.pool import FutureBackend, unordered
 from shardpack.packing.worker import next_files, write_shard
 from shardpack.stops import STOPS, stops_held
 from shardpack.storage.base import Files, Handover
@@ -93,15 +93,10 @@ def run_local(
     # be used in another (an s3fs filesystem holds an event loop: "not fork-safe"). A task
     # more a worker but one: each reservation's worker finds one left (_take)
     tasks = (delayed(_write_forked)(*args) for _ in range(len(specs) + workers - 1))
-    parallel = Parallel(
-        n_jobs=workers,
-        backend=ForkBackend(prepare),
-        return_as="generator_unordered",
-        pre_dispatch="all",  # every task queued here, none from the pool's result thread
-    )
+    # every task queued here, none from the pool's result thread
+    results = unordered(ForkBackend(prepare), tasks, workers, pre_dispatch="all")
     try:
-        results = parallel(tasks)
-        try:
+        with closing(results):
             for result, handed in results:
                 if result is None:  # a task left no shard to write
                     continue
@@ -111,21 +106,13 @@ def run_local(
                     except OSError as e:
                         raise OutputError.writing(each.final, e) from None
                 yield result
-        finally:
-            with warnings.catch_warnings():  # joblib warns of the tasks a close cancels: meant
-                warnings.simplefilter("ignore")
-                results.close()
     finally:
         _forked = _states = _lowest_free = _taken = None
 
 
-class ForkBackend(ParallelBackendBase):
+class ForkBackend(FutureBackend):
     """A joblib backend over a pool of workers forked from this process, each tied to it
     (_tie_to_parent); aborting kills them."""
-
-    supports_retrieve_callback = True  # what return_as="generator_unordered" needs
-    uses_threads = False
-    supports_sharedmem = False
 
     def __init__(self, prepare: Callable[[], None] | None = None) -> None:
         super().__init__()
@@ -149,22 +136,15 @@ class ForkBackend(ParallelBackendBase):
         )
         return self.effective_n_jobs(n_jobs)
 
-    def submit(self, func: Callable, callback: Callable | None = None) -> Future:
+    def _start(self, func: Callable[[], object]) -> Future:
         with stops_held():  # the pool forks its workers in its first submit
-            future = self._pool.submit(func)
-        if callback is not None:
-            future.add_done_callback(callback)
-        return future
+            return self._pool.submit(func)
 
-    def retrieve_result_callback(self, future: Future) -> object:
-        return future.result()
-
-    def abort_everything(self, ensure_ready: bool = True) -> None:
-        """Kill the workers (the pool's shutdown would wait for their tasks), and reap them
-        before the caller removes partial files: none can reappear."""
+    def _stop_tasks(self) -> None:
+        """Kill the workers (the pool's shutdown would wait for their tasks), reaped by
+        terminate before the caller removes partial files: none can reappear."""
         for worker in set(multiprocessing.active_children()) - self._others:
             worker.kill()
-        self.terminate()
 
     def terminate(self) -> None:
         if self._pool is not None:

@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
 from functools import partial
-from operator import attrgetter
 
 from shardpack.containers import HashingFile
 from shardpack.errors import RESUME_KEEPS, ImageError, Option, WorkerDiedError, way_past
@@ -224,17 +223,15 @@ def _run(
                 prepare = partial(_prepare_worker, spare_core=workers < machine_cores())
                 yield from run_local(specs, args, workers, out.complete, prepare)
         return
-    from shardpack.packing import cluster  # a dask run's alone
+    from shardpack.packing import cluster, daskpool  # a dask run's alone: distributed, joblib
 
     with cluster.dask_client(options.scheduler, workers) as client:
         if specs:
             cluster.check_shared_storage(client, dataset.root, out, specs[0].items[0].path)
-        tasks = cluster.run_tasks(client, write_shard, specs, args, attrgetter("file"))
-        with closing(tasks):
+        with closing(daskpool.run_on_cluster(client, write_shard, specs, args)) as tasks:
             yield from tasks
 
 
-# The way past a bad item that --on-error fail stopped at.
 class _ProgressPoller:
     """Sums finished shards and the counts in workers' progress files for a callback."""
 

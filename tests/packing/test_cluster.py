@@ -111,6 +111,20 @@ def test_a_stopped_local_cluster_run_says_one_line(tmp_path: Path, stop: str):
                                            "continue"], stderr  # fmt: skip
 
 
+def test_a_bad_image_on_a_local_cluster_is_one_line(tmp_path: Path):
+    """--on-error fail: the worker's log of the task's failure ('distributed.worker - ERROR -
+    Compute Failed', the task's traceback) came above the line naming the image."""
+    src = make_tree(tmp_path / "src", {"a": 3, "b": 3})
+    (src / "a" / "img_001.jpg").write_bytes(b"\xff\xd8\xff")
+    run = forkserver.start(forkserver.SHARDPACK, "pack", str(src), str(tmp_path / "out"),
+                           "--backend", "dask", "--workers", "1", "--on-error", "fail",
+                           "--no-progress")  # fmt: skip
+    stderr = run.communicate(timeout=120)[1]
+    assert run.returncode == 2, stderr
+    (line,) = stderr.splitlines()
+    assert line.startswith("error: a/img_001.jpg: ") and "--on-error skip" in line, line
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -325,6 +339,26 @@ def test_a_shard_whose_workers_all_died_is_one_line_not_a_hang(slow_src: Path, t
     assert said.startswith(f"{address}: every Dask worker that ran {slow_src.name}-train.") and (
         "resume=True" in said
     ), said
+
+
+@pytest.mark.long  # make test shows a shard whose workers all died said in one line
+def test_a_cluster_left_without_workers_is_one_line(slow_src: Path, tmp_path: Path, monkeypatch):
+    """Its only worker killed mid-run (no nanny to start it again): the scheduler holds the
+    tasks until a worker comes; the run waits WAIT_FOR_WORKERS_S for one, then says so."""
+    from distributed import Client
+
+    from shardpack.packing import cluster
+
+    monkeypatch.setattr(cluster, "WAIT_FOR_WORKERS_S", 0.5)
+    with _cluster("--no-nanny") as address:
+        with Client(address, timeout="30s") as client:
+            (worker,) = client.run(os.getpid).values()
+        options = PackOptions(encode="png", shards=6, backend="dask", scheduler=address)
+        said = _stopped(slow_src, tmp_path / "out", options, worker, ClusterError)
+    assert said.startswith(
+        f"{address}: the Dask cluster lost every worker, and none came back "
+        "in 0.5 s; start workers, then rerun with"
+    ) and ("resume=True" in said), said
 
 
 @pytest.mark.long  # seconds of waiting: the client tries to reconnect for 10 s
