@@ -477,10 +477,14 @@ def content_keys(
     size = max(1, min(HASH_CHUNK, -(-len(entries) // max(1, threads))))
     chunks = [entries[i : i + size] for i in range(0, len(entries), size)]
     stop = threading.Event()
+    # each thread's loader cache, kept across its chunks (dropped as the threads end): a
+    # Parquet row group is read once a thread, not once a chunk of HASH_CHUNK of its rows
+    caches = threading.local()
     with dataset.root.reading_together(threads), ThreadPoolExecutor(max(1, threads)) as pool:
         try:
             return list(itertools.chain.from_iterable(
-                pool.map(lambda chunk: _keys(chunk, dataset, options, stop, listed or {}),
+                pool.map(lambda chunk: _keys(chunk, dataset, options, stop, listed or {},
+                                             vars(caches).setdefault("cache", {})),
                          chunks)))  # fmt: skip
         except BaseException:
             # Ctrl-C, SIGTERM or a chunk's error: the threads end now (their requests in flight
@@ -520,11 +524,12 @@ def _near_groups(
 
 def _keys(
     chunk: list[Entry], dataset: Dataset, options: PackOptions, stop: threading.Event,
-    listed: Mapping[str, stamps.Stamp],
+    listed: Mapping[str, stamps.Stamp], cache: dict,
 ) -> list[ContentKey]:  # fmt: skip
-    """The ContentKey of each item of a chunk; (0, 0, None) for one the loader refuses; those
-    read before `stop` was set alone (the pass stopped: no one takes them)."""
-    source, cache, limit = dataset.source, {}, max_file_bytes(options.max_pixels)
+    """The ContentKey of each item of a chunk, `cache` what the source's loader keeps between
+    items; (0, 0, None) for one the loader refuses; those read before `stop` was set alone (the
+    pass stopped: no one takes them)."""
+    source, limit = dataset.source, max_file_bytes(options.max_pixels)
     # each stamp from its file's read, before its first byte (a file changed since is read
     # again), kept if the file was settled by now: as the workers stamp
     stamping, settled = stamps.loads_whole_files(source), stamps.settled_before()

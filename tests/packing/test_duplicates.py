@@ -684,3 +684,34 @@ def test_leaks_dedup_removed_are_told_as_src_held_them_not_as_the_pack_holds_the
     assert "is also in" not in card
     assert runner.invoke(app, ["report", str(out), "--no-progress"]).exit_code == 0
     assert "<h3>Leaks across splits before deduplication</h3>" in (out / "report.html").read_text()
+
+
+def test_a_parquet_row_group_is_read_once_a_thread_not_once_a_chunk_of_its_rows(
+    tmp_path: Path,
+) -> None:
+    """--dedup exact of a Hub Parquet file in one row group (as `datasets` writes a small one)
+    read the whole group again for each HASH_CHUNK of its rows: 22,000 rows took 9.2 s, a
+    fresh pack without --dedup 2.2 s. Bytes read counted by the kernel (/proc/self/io)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = 10 * duplicates.HASH_CHUNK
+    struct = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    images = [{"bytes": cv2.imencode(".png", image(i % 251, 8, 8))[1].tobytes(), "path": None}
+              for i in range(rows)]  # fmt: skip
+    (tmp_path / "data").mkdir()
+    file = tmp_path / "data" / "train-00000-of-00001.parquet"
+    table = pa.table({"image": pa.array(images, struct), "label": [i % 3 for i in range(rows)]})
+    pq.write_table(table, file, row_group_size=rows)
+    options = PackOptions(dedup="exact")
+    dataset = scan(str(tmp_path), options)
+    entries = [(split, item) for split, items in dataset.splits.items() for item in items]
+
+    def read() -> int:
+        with open("/proc/self/io") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+    before = read()
+    keys = duplicates.content_keys(entries, dataset, options, 1)
+    assert read() - before < 4 * file.stat().st_size  # 20x before
+    assert len({key.digest for key in keys}) == len({i["bytes"] for i in images})
