@@ -364,6 +364,17 @@ def torch_held_out():
         del sys.modules["torch"]
 
 
+def end_workers() -> None:
+    """In a read-back whose DataLoader stopped on an error its workers raised: end the workers
+    now. torch joins each such worker for 5 s as the loader ends before it kills it, and the
+    reading Python runs one read-back at a time (the others waited 10-20 s)."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.kill()
+        child.join()
+
+
 def flat(value: object) -> list:
     """A feature's values as one flat JSON list; text and bytes as the hex of their bytes."""
     if isinstance(value, (bytes, str)):
@@ -450,7 +461,7 @@ def our_examples(out: Path) -> dict[str, dict[str, list]]:
 # anything written to fd 1 below Python goes to stderr. It ends within a second of the process
 # it watches (argv[2]: the test run's first process), and removes its files.
 _SERVE = """
-import contextlib, io, json, os, socket, sys, traceback
+import contextlib, io, json, multiprocessing, os, socket, sys, traceback
 os.dup2(2, 1)
 home = os.getcwd()
 files = sys.argv[1]
@@ -484,6 +495,11 @@ while True:
             reply = {"stdout": printed.getvalue()}
         except BaseException:
             reply = {"error": traceback.format_exc()}
+        # no child left for the next (a DataLoader's workers: torch joins a worker left waiting
+        # for 5 s before it kills it, as the loader is collected, in whichever read-back then)
+        for child in multiprocessing.active_children():
+            child.kill()
+            child.join()
         with contextlib.suppress(OSError):  # a client gone first (a warm-up's, its process ended)
             stream.write(json.dumps(reply) + "\\n")
             stream.close()

@@ -4,6 +4,7 @@ Each check runs in the kept reading Python (run_kept), where torch loads once.""
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import json
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_json
+from tests.helpers import end_workers, run_json
 
 pytestmark = pytest.mark.heavy
 
@@ -64,7 +65,9 @@ def test_every_rank_and_worker_gets_the_same_number_of_records(packs):
             assert shares == got[f"{out} {world} 0 {drop}"]
 
 
-_EPOCHS = """
+_EPOCHS = (
+    inspect.getsource(end_workers)
+    + """
 import json, sys, torch
 from shardpack.errors import ShardpackError
 from shardpack.torch import ShardDataset
@@ -100,6 +103,7 @@ for shuffle in (True, False):  # is the same every epoch
             persistent.append(len(list(loader)))
     except ShardpackError as e:
         persistent.append(str(e))
+        end_workers()
 batches = []  # a DataLoader's batch_size not the dataset's: refused in its workers (before:
 for mine, loaders in ((1, 4), (4, None), (1, None), (4, 4)):  # its batches out of order)
     ds = ShardDataset(out, decode=False, batch_size=mine)
@@ -107,6 +111,7 @@ for mine, loaders in ((1, 4), (4, None), (1, None), (4, 4)):  # its batches out 
         batches.append(len(list(torch.utils.data.DataLoader(ds, loaders, num_workers=1))))
     except ShardpackError as e:
         batches.append(str(e))
+        end_workers()
 print(json.dumps({
     "persistent": persistent, "batches": batches,
     "seed0": [keys(0, seed=0), keys(1, seed=0)], "again": [keys(0, seed=0), keys(1, seed=0)],
@@ -116,6 +121,7 @@ print(json.dumps({
     "errors": errors,
 }))
 """
+)
 
 
 def test_epochs_differ_and_repeat_with_the_seed(packs, shared_pack):
@@ -342,7 +348,9 @@ def test_a_dataset_built_before_an_update_refuses_its_moved_records_and_reads_on
         )
 
 
-_STATEFUL = """
+_STATEFUL = (
+    inspect.getsource(end_workers)
+    + """
 import json, sys
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -400,6 +408,7 @@ for count in (1, 3):  # another worker count, loaded into the loader (before: "a
         errors.append(repr(len(list(again))))
     except ShardpackError as e:
         errors.append(str(e))
+        end_workers()
 for bad in (workers["worker_0"]["dataset_state"],  # one worker's, outside its worker
             {"_snapshot": {"_worker_snapshots": {"worker_0": {"dataset_state": None}}}}):
     try:
@@ -411,6 +420,7 @@ epoch3.set_epoch(3)
 print(json.dumps({"whole": whole, "got": got, "errors": errors, "after_end": after_end,
                   "epoch3": [r["key"] for r in epoch3]}))
 """
+)
 
 
 def test_a_stateful_dataloader_resumes_with_exactly_the_rest(packs):
@@ -699,7 +709,9 @@ def test_a_reader_keeps_a_shard_open_only_while_it_reads_it(packs, tmp_path):
     assert got["kept"] == ["index.json", "index.json"]  # cache_limit=1: no shard kept
 
 
-_BROKEN = """
+_BROKEN = (
+    inspect.getsource(end_workers)
+    + """
 import json, sys, torch
 from shardpack.torch import ShardDataset
 got = []
@@ -709,8 +721,10 @@ for out, workers in zip(sys.argv[1:], (1, 0)):
         list(torch.utils.data.DataLoader(ds, num_workers=workers))
     except Exception as e:
         got.append([type(e).__name__, str(e), getattr(e, "offset", None)])
+        end_workers()
 print(json.dumps(got))
 """
+)
 
 
 def test_a_damaged_shard_is_our_one_line_error_from_a_dataloader_worker(shared_pack, tmp_path):
