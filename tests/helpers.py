@@ -364,6 +364,13 @@ def torch_held_out():
         del sys.modules["torch"]
 
 
+def bytes_read() -> int:
+    """The bytes this process has read so far, as the kernel counts them (/proc/self/io's
+    rchar: every read call, the page cache's included)."""
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
 def end_workers() -> None:
     """In a read-back whose DataLoader stopped on an error its workers raised: end the workers
     now. torch joins each such worker for 5 s as the loader ends before it kills it, and the

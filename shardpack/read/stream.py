@@ -186,10 +186,27 @@ def iter_examples(
             seed is not None nor an integer of at least 0.
         StorageError: the URL's filesystem package is missing.
     """
+    index = load_index(out, storage_options)
+    yield from index_examples(index, split, decode=decode, shuffle=shuffle, seed=seed,
+                              shard=shard, drop_remainder=drop_remainder,
+                              max_pixels=max_pixels)  # fmt: skip
+
+
+def index_examples(
+    index: Index,
+    split: str = "train",
+    *,
+    decode: bool = False,
+    shuffle: bool = False,
+    seed: int | None = None,
+    shard: tuple[int, int] | None = None,
+    drop_remainder: bool = False,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+) -> Iterator[dict[str, object]]:
+    """iter_examples of an index already loaded (its reader loads index.json once)."""
     check_max_pixels(max_pixels)
     if seed is not None:  # random.Random takes -1 for 1, and a float or a text as any other
         check_seed("seed", seed)
-    index = load_index(out, storage_options)
     runs = list(_share_of(index, split, *reader_share(shard), drop_remainder).runs)
     rng = random.Random(seed)
     if shuffle:

@@ -32,7 +32,7 @@ from shardpack.read.stream import iter_examples
 from shardpack.schema import Schema
 from shardpack.sources import Dataset, Item, scan, source_root
 from shardpack.storage import storage_at
-from tests.helpers import image, shard_files, write_image
+from tests.helpers import bytes_read, image, shard_files, write_image
 
 runner = CliRunner()
 
@@ -707,11 +707,7 @@ def test_a_parquet_row_group_is_read_once_a_thread_not_once_a_chunk_of_its_rows(
     dataset = scan(str(tmp_path), options)
     entries = [(split, item) for split, items in dataset.splits.items() for item in items]
 
-    def read() -> int:
-        with open("/proc/self/io") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
-
-    before = read()
+    before = bytes_read()
     keys = duplicates.content_keys(entries, dataset, options, 1)
-    assert read() - before < 4 * file.stat().st_size  # 20x before
+    assert bytes_read() - before < 4 * file.stat().st_size  # 20x before
     assert len({key.digest for key in keys}) == len({i["bytes"] for i in images})
