@@ -230,6 +230,7 @@ class Fetcher:
                     conn.close()
                     conn, reused = self._connection(key, deadline, fresh=True)
                     response = self._send(conn, target, deadline)
+                _one_length(response.headers)
                 if response.status == 200:
                     reason = opted_out(response.headers.get_all("X-Robots-Tag") or [])
                     if reason and self.policy.opt_out:
@@ -581,6 +582,17 @@ def _tried(reason: str, tries: int) -> str:
     if reason.endswith(")"):
         return f"{reason[:-1]}, after {tries} tries)"
     return f"{reason} (after {tries} tries)"
+
+
+def _one_length(headers: http.client.HTTPMessage) -> None:
+    """Refuse an answer whose Content-Length headers disagree (RFC 9112: its body's end is
+    unknown, never read). http.client reads to the first, and the image came cut short, said as
+    a truncated JPEG; the rest of the body was left on the connection."""
+    lengths = dict.fromkeys(value.strip() for value in headers.get_all("Content-Length") or ())
+    if len(lengths) > 1:  # each once, as sent
+        said = printable(" and ".join(lengths)[:200])
+        raise UrlFailed(f"an invalid answer: Content-Length {said} at once, so its body's end "
+                        "is unknown")  # fmt: skip
 
 
 def _not_image(body: bytes, headers: http.client.HTTPMessage) -> str | None:

@@ -279,6 +279,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._send(302, b"", {"Location": where})
         if path in ("/404.png", "/403.png") or kind == "gone":
             return self._send(404 if kind == "gone" else int(path[1:4]), b"no")
+        if path in ("/twolengths.png", "/samelengths.png"):  # RFC 9112: the second, invalid
+            body = _png(1)
+            first = len(body) // 2 if path == "/twolengths.png" else len(body)
+            self.send_response(200)
+            self.send_header("Content-Length", str(first))
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return None
         if path == "/huge.png":
             self.send_response(200)
             self.send_header("Content-Length", str(10**11))
@@ -1678,3 +1687,17 @@ def test_a_reading_stopped_closes_the_next_shards_fetching_too(tmp_path, stop):
         helpers.wait_for(lambda: site.connections == 0, 10)
         gc.collect()  # a stopped try's exception holds its frames, and they its socket, in a cycle
         assert _sockets_to(site.server.server_address[1]) == 0
+
+
+def test_an_answer_of_two_content_lengths_that_disagree_is_refused_as_such(site):
+    """http.client read the body to the first one: the image came cut short, skipped later as
+    a truncated JPEG, and the rest of the body was left on the connection. The same length
+    twice is one length."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=1))
+    half = len(_png(1)) // 2
+    with pytest.raises(UrlFailed, match=rf"^an invalid answer: Content-Length {half} and "
+                       rf"{len(_png(1))} at once, so its body's end is unknown$"):  # fmt: skip
+        fetcher.get(site.url("/twolengths.png"), 10_000)
+    assert site.hits["/twolengths.png"] == 1  # not asked again
+    assert fetcher.get(site.url("/samelengths.png"), 10_000) == _png(1)
+    assert fetcher.get(site.url("/img/1.png"), 10_000) == _png(1)  # the connection after it
