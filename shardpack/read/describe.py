@@ -14,7 +14,7 @@ from shardpack.layout import INDEX_NAME
 from shardpack.packing import facts
 from shardpack.packing.objects import SIZES, num_object_classes, objects_of
 from shardpack.packing.stats import NOT_NOTED
-from shardpack.read.stream import index_examples
+from shardpack.read.stream import iter_examples
 
 
 def describe(
@@ -79,7 +79,7 @@ def _split(index: Index, name: str, split: SplitInfo, sizes: dict[str, int], num
     another size than the index says (inspect marks it MISSING or WRONG SIZE)."""
     samples = []
     whole = all(sizes.get(s.file) == s.num_bytes for s in split.shards)
-    records = index_examples(index, name) if whole else iter(())
+    records = iter_examples(index, name) if whole else iter(())
     for record in itertools.islice(records, num_records):
         record["image_bytes"] = len(record.pop("image"))
         label = record.get("label")

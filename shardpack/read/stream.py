@@ -142,7 +142,7 @@ def _share_of(index: Index, split: str, reader: int, readers: int, drop_remainde
 
 
 def iter_examples(
-    out: str | os.PathLike,
+    out: str | os.PathLike | Index,
     split: str = "train",
     *,
     decode: bool = False,
@@ -166,7 +166,8 @@ def iter_examples(
     code of its own to split the data. Shards in an object store stream, record by record.
 
     Args:
-        out: the output folder or URL (s3://, gs://, memory://...) of a pack run.
+        out: the output folder or URL (s3://, gs://, memory://...) of a pack run, or its
+            Index loaded already (index.json read once: inspect's).
         split: which split to read.
         decode: turn `image` into a uint8 HxWx3 RGB array instead of its stored bytes.
         shuffle: visit shards in random order and mix records through a buffer of at most
@@ -186,27 +187,10 @@ def iter_examples(
             seed is not None nor an integer of at least 0.
         StorageError: the URL's filesystem package is missing.
     """
-    index = load_index(out, storage_options)
-    yield from index_examples(index, split, decode=decode, shuffle=shuffle, seed=seed,
-                              shard=shard, drop_remainder=drop_remainder,
-                              max_pixels=max_pixels)  # fmt: skip
-
-
-def index_examples(
-    index: Index,
-    split: str = "train",
-    *,
-    decode: bool = False,
-    shuffle: bool = False,
-    seed: int | None = None,
-    shard: tuple[int, int] | None = None,
-    drop_remainder: bool = False,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
-) -> Iterator[dict[str, object]]:
-    """iter_examples of an index already loaded (its reader loads index.json once)."""
     check_max_pixels(max_pixels)
     if seed is not None:  # random.Random takes -1 for 1, and a float or a text as any other
         check_seed("seed", seed)
+    index = out if isinstance(out, Index) else load_index(out, storage_options)
     runs = list(_share_of(index, split, *reader_share(shard), drop_remainder).runs)
     rng = random.Random(seed)
     if shuffle:
