@@ -532,23 +532,25 @@ def _member(ext: str, data: bytes) -> str | bytes:
         raise _Bad(".txt is not UTF-8 text") from None
 
 
-def _json(sample: _Sample) -> dict | None:
-    """A sample's .json as an object; None when it is not one (_json_values skips it)."""
+def _json(sample: _Sample) -> dict | str:
+    """A sample's .json as an object; else why it is none (_json_values skips it so)."""
     try:
         value = json.loads(sample.data.get(JSON, b"{}"))
-    except (ValueError, RecursionError):
-        value = None
-    return value if isinstance(value, dict) else None
+    except RecursionError:
+        return ".json is nested too deeply to read"
+    except ValueError:  # UnicodeDecodeError included
+        return ".json is not JSON text"
+    return value if isinstance(value, dict) else ".json is not a JSON object"
 
 
 def _json_features(
-    parsed: list[dict | None], taken: set[str]
+    parsed: list[dict | str], taken: set[str]
 ) -> tuple[dict[str, tuple[str, Feature]], list[str]]:
     """field -> (feature name, type) of each json field the schema can carry, and warnings
     for the ones it cannot (nested objects, numbers some samples lack)."""
     from shardpack.sources.tables.kinds import infer, kind_of  # numpy: not for --help
 
-    objects = [value for value in parsed if value is not None]
+    objects = [value for value in parsed if isinstance(value, dict)]
     counts: dict[str, Counter] = {}
     for value in objects:
         for field, v in value.items():
@@ -567,12 +569,12 @@ def _json_features(
     return columns, warnings
 
 
-def _json_values(value: dict | None, columns: dict[str, tuple[str, Feature]]) -> dict:
-    """One sample's json fields as the schema types them."""
+def _json_values(value: dict | str, columns: dict[str, tuple[str, Feature]]) -> dict:
+    """One sample's json fields as the schema types them (`value`: _json's)."""
     from shardpack.sources.tables.kinds import fits, kind_of  # numpy: not for pack --help
 
-    if value is None:
-        raise _Bad(".json is not a JSON object")
+    if isinstance(value, str):
+        raise _Bad(value)
     fields = {}
     for field, (name, feature) in columns.items():
         v = value.get(field)

@@ -246,17 +246,22 @@ def test_a_repeated_key_is_kept_apart_and_dedup_keeps_both(tmp_path):
     assert packed == {"t.tar:a": [0], "t.tar:b": [1], "t.tar:a#2": [2]}
 
 
-@pytest.mark.parametrize("planted", [b"[1, 2]", b"{not json", b'"text"'])
-def test_a_json_that_is_no_object_skips_its_sample_once(tmp_path, planted):
+@pytest.mark.parametrize(("planted", "why"), [
+    (b"[1, 2]", "is not a JSON object"), (b"{not json", "is not JSON text"),
+    (b'"text"', "is not a JSON object"), (b"[" * 100_000 + b"]" * 100_000, "is nested too deeply"),
+])  # fmt: skip
+def test_a_json_that_is_no_object_skips_its_sample_once(tmp_path, planted, why):
     """A sample whose .json is no JSON object was listed twice in the skips (index.json's
     `skipped` naming it twice, `num_skipped` counting it twice): its reason was set on the
-    sample after the skips were listed, and its row refused again."""
+    sample after the skips were listed, and its row refused again. Its reason says what it
+    is (text of no JSON, nested too deeply: each was 'not a JSON object')."""
     src = write(tmp_path / "t.tar", sample("a", 1, 0), member("a.json", b'{"x": 1}'),
                 sample("b", 2, 1), member("b.json", planted))  # fmt: skip
     result = pack(src, tmp_path / "out", PackOptions(workers=1))
     assert result.num_records == 1
     assert result.index.num_skipped == 1
     assert [s.key for s in result.index.skipped] == ["t.tar:b"]
+    assert why in result.index.skipped[0].reason
 
 
 # ---- 11: a tar rewritten after the scan -----------------------------------------------------
