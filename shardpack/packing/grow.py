@@ -900,9 +900,8 @@ def _moved(
         return change
     listed = {item.key for items in dataset.splits.values() for item in items}
     gone: Counter[tuple] = Counter()  # (crc, size, digest, meta) of the records SRC lost
-    for key, (file, i, size, said) in change.held.items():
-        if key not in listed and said is not None and (digest := contents[file]["digest"][i]):
-            gone[contents[file]["crc"][i], size, digest, said] += 1
+    for _, file, i, size, said in _lost(change, contents, listed):
+        gone[contents[file]["crc"][i], size, contents[file]["digest"][i], said] += 1
     if not gone:  # packed before contents.json noted digests: nothing to know them by
         return change
     new = [(split, item) for split, items in change.new.items() for item in items]
@@ -1042,6 +1041,18 @@ def _copies(
     return Copies(groups, dropped, yielded, crowded, noted)
 
 
+def _lost(
+    change: Change, contents: Mapping[str, Entry], listed: Collection[str]
+) -> Iterator[tuple[str, str, int, int, int]]:  # fmt: skip
+    """(key, file, row, size, meta) of each held record whose key SRC no longer lists
+    (`listed`: those it does) and whose digest and meta contents.json notes (an older pack's
+    record has none: nothing to know it by)."""
+    for key, (file, i, size, said) in change.held.items():
+        entry = contents.get(file)
+        if key not in listed and entry is not None and said is not None and entry["digest"][i]:
+            yield key, file, i, size, said
+
+
 def _shard_splits(index: Index) -> dict[str, str]:
     """Each shard's split, by its file."""
     return {shard.file: name for name, split in index.splits.items() for shard in split.shards}
@@ -1057,12 +1068,10 @@ def _vanished(
     file: the digest confirms it)."""
     if not change.vanished or splits is None or not listed:
         return
-    for key, (file, i, size, said) in change.held.items():
-        entry = contents.get(file)
-        if key in listed or entry is None or said is None or not entry["digest"][i]:
-            continue
+    for key, file, i, size, said in _lost(change, contents, listed):
         if file not in splits:
             continue
+        entry = contents[file]
         yield (splits[file], Item(key, None, "", size),
                duplicates.ContentKey(entry["crc"][i], size, change.near.get(key),
                                      bytes.fromhex(entry["digest"][i])),
